@@ -1,0 +1,59 @@
+# hvbench: one entry point for every task. `make help` lists them.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+DATA_DIR  ?= data/pems
+MODEL_DIR ?= artifacts/forecaster
+SEED      ?= 42
+DAYS      ?= 30
+START     ?= 2024-03-01
+EPOCHS    ?= 20
+
+# Quiet TensorFlow's C++ start-up chatter; one BLAS thread keeps inference latency steady.
+export TF_CPP_MIN_LOG_LEVEL := 2
+export OPENBLAS_NUM_THREADS := 1
+
+.PHONY: help venv data train test lint bench clean
+
+help:
+	@echo "make data    generate a month of PeMS-layout traffic data into $(DATA_DIR)"
+	@echo "make train   train the LSTM and the baselines, export for serving, into $(MODEL_DIR)"
+	@echo "make test    lint and run every test"
+	@echo "make bench   speed figures (not tests)"
+	@echo "make clean   remove generated data, artifacts and the venv"
+
+venv: $(STAMP)
+
+# The venv is rebuilt whenever a pin changes. On a fresh Debian 12, python3 lacks venv/ensurepip
+# until python3-venv is installed, so install it first (we run as root there).
+$(STAMP): requirements.txt constraints.txt flink-job/pyproject.toml
+	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if v[:2] == (3, 11) else "hvbench needs Python 3.11 (Debian 12), found %d.%d" % v[:2])'
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -q && apt-get install -y -q python3-venv; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e flink-job
+	@touch $@
+
+data: $(STAMP)
+	$(PY) -m hvbench_job.generate --out $(DATA_DIR) --start $(START) --days $(DAYS) --seed $(SEED)
+
+train: $(STAMP)
+	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
+	$(PY) -m hvbench_job.forecast.train --data $(DATA_DIR) --out $(MODEL_DIR) --seed $(SEED) --epochs $(EPOCHS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: lint
+	$(PY) -m pytest -q flink-job/tests
+
+bench: $(STAMP)
+	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
+	$(PY) bench/bench_inference.py --model $(MODEL_DIR)
+	$(PY) bench/bench_routing.py
+
+clean:
+	rm -rf $(VENV) data artifacts bench/out
