@@ -10,7 +10,7 @@ MODEL_DIR ?= artifacts/forecaster
 SEED      ?= 42
 DAYS      ?= 30
 START     ?= 2024-03-01
-EPOCHS    ?= 20
+EPOCHS    ?= 40
 
 # Quiet TensorFlow's C++ start-up chatter; one BLAS thread keeps inference latency steady.
 export TF_CPP_MIN_LOG_LEVEL := 2

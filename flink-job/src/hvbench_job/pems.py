@@ -15,6 +15,7 @@ import csv
 import gzip
 import io
 import math
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -192,7 +193,7 @@ def _read_file(path: Path, wanted: set[int] | None, rows: list, seen: dict) -> N
                     )
                 seen[key] = (path, line_no)
                 rows.append(row)
-        except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, csv.Error) as e:
+        except (UnicodeDecodeError, OSError, EOFError, zlib.error, csv.Error) as e:
             raise PemsFormatError(path, 0, None, f"unreadable: {e}") from e
 
 

@@ -104,7 +104,7 @@ def train(
     data_dir: Path,
     out: Path,
     seed: int = 42,
-    epochs: int = 20,
+    epochs: int = 40,
     batch_size: int = 128,
     baselines: tuple[str, ...] = BASELINES,
     log=print,
@@ -136,7 +136,11 @@ def train(
         batch_size=batch_size,
         validation_split=0.1,
         shuffle=True,
-        callbacks=[keras.callbacks.EarlyStopping(patience=3, restore_best_weights=True)],
+        callbacks=[
+            # halve the step size when validation stalls, stop when it stops improving
+            keras.callbacks.ReduceLROnPlateau(factor=0.5, patience=2, min_lr=1e-5),
+            keras.callbacks.EarlyStopping(patience=6, restore_best_weights=True),
+        ],
         verbose=2,
     )
     fit_seconds = time.monotonic() - fit_started
@@ -197,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", default="data/pems", type=Path, help="PeMS files (make data)")
     parser.add_argument("--out", default="artifacts/forecaster", type=Path)
     parser.add_argument("--seed", default=42, type=int)
-    parser.add_argument("--epochs", default=20, type=int)
+    parser.add_argument("--epochs", default=40, type=int)
     parser.add_argument("--batch-size", default=128, type=int)
     parser.add_argument(
         "--baselines",

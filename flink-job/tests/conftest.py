@@ -1,0 +1,27 @@
+from datetime import date
+
+import pytest
+from hvbench_job import generate
+from hvbench_job.forecast import train
+
+SMALL_START = date(2024, 3, 4)  # a Monday
+SMALL_DAYS = 6
+
+
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory):
+    """Six days of generated data for the six detectors, and the generator's own summary."""
+    out = tmp_path_factory.mktemp("pems")
+    summary = generate.generate(out, SMALL_START, SMALL_DAYS, seed=7)
+    return out, summary
+
+
+@pytest.fixture(scope="session")
+def small_model(small_data, tmp_path_factory):
+    """The full LSTM trained for one epoch on the small data, through the CLI, exported."""
+    data_dir, _ = small_data
+    out = tmp_path_factory.mktemp("forecaster")
+    train.main(
+        ["--data", str(data_dir), "--out", str(out), "--epochs", "1", "--baselines", "linear"]
+    )
+    return out
