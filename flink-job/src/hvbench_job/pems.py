@@ -54,7 +54,7 @@ DIRECTIONS = frozenset("NSEW")
 
 class PemsFormatError(ValueError):
     def __init__(self, path: Path | str, line: int, column: int | None, message: str) -> None:
-        where = f"{path}:{line}"
+        where = f"{path}:{line}" if line else str(path)  # line 0: the file as a whole
         if column is not None:
             where += f": column {column} ({column_name(column)})"
         super().__init__(f"{where}: {message}")
