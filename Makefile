@@ -29,12 +29,15 @@ venv: $(STAMP)
 
 # The venv is rebuilt whenever a pin changes. On a fresh Debian 12, python3 lacks venv/ensurepip
 # until python3-venv is installed, so install it first (we run as root there).
-$(STAMP): requirements.txt constraints.txt flink-job/pyproject.toml
+# tsc_timer is a C extension: it needs gcc and Python's headers (python3-dev on Debian).
+$(STAMP): requirements.txt constraints.txt flink-job/pyproject.toml tsc_timer/pyproject.toml tsc_timer/src/tsc_timer/_tsc.c
 	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if v[:2] == (3, 11) else "hvbench needs Python 3.11 (Debian 12), found %d.%d" % v[:2])'
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -q && apt-get install -y -q python3-venv; }
+	@command -v gcc >/dev/null && $(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+		|| { apt-get update -q && apt-get install -y -q gcc python3-dev; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e flink-job
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e flink-job -e tsc_timer
 	@touch $@
 
 data: $(STAMP)
@@ -48,12 +51,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 test: lint
-	$(PY) -m pytest -q flink-job/tests
+	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
 	$(PY) bench/bench_inference.py --model $(MODEL_DIR)
 	$(PY) bench/bench_routing.py
+	$(PY) bench/bench_tsc.py
 
 clean:
 	rm -rf $(VENV) data artifacts bench/out

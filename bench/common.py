@@ -38,7 +38,7 @@ def report(name: str, rows: dict[str, dict], goals: list[tuple[str, bool]], extr
     print(f"\n{name}")
     print(f"  {'':{width}}  {'calls':>7}  {'p50 µs':>10}  {'p99 µs':>10}")
     for label, s in rows.items():
-        print(f"  {label:{width}}  {s['calls']:>7}  {s['p50_us']:>10.1f}  {s['p99_us']:>10.1f}")
+        print(f"  {label:{width}}  {s['calls']:>7}  {s['p50_us']:>10.3f}  {s['p99_us']:>10.3f}")
     for key, value in extra.items():
         print(f"  {key}: {value}")
     for goal, met in goals:
