@@ -10,7 +10,6 @@ MODEL_DIR ?= artifacts/forecaster
 SEED      ?= 42
 DAYS      ?= 30
 START     ?= 2024-03-01
-EPOCHS    ?= 40
 
 # Quiet TensorFlow's C++ start-up chatter; one BLAS thread keeps inference latency steady.
 export TF_CPP_MIN_LOG_LEVEL := 2
@@ -45,7 +44,7 @@ data: $(STAMP)
 
 train: $(STAMP)
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
-	$(PY) -m hvbench_job.forecast.train --data $(DATA_DIR) --out $(MODEL_DIR) --seed $(SEED) --epochs $(EPOCHS)
+	$(PY) -m hvbench_job.forecast.train --data $(DATA_DIR) --out $(MODEL_DIR) --seed $(SEED) $(if $(EPOCHS),--epochs $(EPOCHS))
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -26,6 +26,7 @@ from hvbench_job.forecast.model import build_lstm, export_litert
 from hvbench_job.forecast.scaling import MinMaxScaler
 from hvbench_job.forecast.serving import MANIFEST, Forecaster, model_checksum, sha256_file
 
+DEFAULT_EPOCHS = 40  # at most; training stops early when validation stops improving
 PARITY_LIMIT = 1e-5  # largest accepted |Keras − LiteRT| on scaled outputs
 MAPE_MIN_FLOW = 1.0  # MAPE skips targets below one vehicle (division by ~0)
 BASELINES = ("linear", "random_forest", "gradient_boosting", "decision_tree")
@@ -104,7 +105,7 @@ def train(
     data_dir: Path,
     out: Path,
     seed: int = 42,
-    epochs: int = 40,
+    epochs: int = DEFAULT_EPOCHS,
     batch_size: int = 128,
     baselines: tuple[str, ...] = BASELINES,
     log=print,
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", default="data/pems", type=Path, help="PeMS files (make data)")
     parser.add_argument("--out", default="artifacts/forecaster", type=Path)
     parser.add_argument("--seed", default=42, type=int)
-    parser.add_argument("--epochs", default=40, type=int)
+    parser.add_argument("--epochs", default=DEFAULT_EPOCHS, type=int)
     parser.add_argument("--batch-size", default=128, type=int)
     parser.add_argument(
         "--baselines",

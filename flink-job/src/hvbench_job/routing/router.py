@@ -105,7 +105,8 @@ class Router:
                 self._distance_h[destination] = h
             return h
         miles = (self.graph.great_circle_to(destination) / METRES_PER_MILE).tolist()
+        # a node with no measured speed yet has no speed term; dist ≥ 0 then makes h = 0
         return [
-            min(0.0, min(dist, (PAPER_SPEED_MPH - v) * q)) if math.isfinite(v) else min(0.0, dist)
+            min(0.0, min(dist, (PAPER_SPEED_MPH - v) * q)) if math.isfinite(v) else 0.0
             for dist, v, q in zip(miles, self.measured_mph, self.predicted_flow, strict=True)
         ]
