@@ -11,13 +11,28 @@ SEED      ?= 42
 DAYS      ?= 30
 START     ?= 2024-03-01
 
+# make run: the experiment. BUDGET and PERIOD are microseconds, as in `xl sched-rtds`.
+TARGET    ?= bare
+SCHED     ?= none
+BUDGET    ?=
+PERIOD    ?=
+RECORDS   ?= 20000
+WARMUP    ?= 10
+MALFORMED ?= 0
+RUN_ID    ?=
+
+KAFKA_LIBS := build/kafka/libs
+FLINK_LIB  := build/flink/lib
+
 # Quiet TensorFlow's C++ start-up chatter; one BLAS thread keeps inference latency steady.
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
-.PHONY: help venv data train test lint bench clean
+.PHONY: help venv java kafka flink-connector data train run test lint bench clean
 
 help:
+	@echo "make run     the experiment on this machine: TARGET=bare SCHED=none|deadline|cfs-quota"
+	@echo "             [BUDGET=us PERIOD=us] RECORDS=20000 WARMUP=10 (s) MALFORMED=0 RUN_ID=..."
 	@echo "make data    generate a month of PeMS-layout traffic data into $(DATA_DIR)"
 	@echo "make train   train the LSTM and the baselines, export for serving, into $(MODEL_DIR)"
 	@echo "make test    lint and run every test"
@@ -29,14 +44,31 @@ venv: $(STAMP)
 # The venv is rebuilt whenever a pin changes. On a fresh Debian 12, python3 lacks venv/ensurepip
 # until python3-venv is installed, so install it first (we run as root there).
 # tsc_timer is a C extension: it needs gcc and Python's headers (python3-dev on Debian).
-$(STAMP): requirements.txt constraints.txt flink-job/pyproject.toml tsc_timer/pyproject.toml tsc_timer/src/tsc_timer/_tsc.c
+$(STAMP): requirements.txt constraints.txt flink-job/pyproject.toml tsc_timer/pyproject.toml producers/pyproject.toml tsc_timer/src/tsc_timer/_tsc.c
 	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if v[:2] == (3, 11) else "hvbench needs Python 3.11 (Debian 12), found %d.%d" % v[:2])'
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -q && apt-get install -y -q python3-venv; }
 	@command -v gcc >/dev/null && $(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
 		|| { apt-get update -q && apt-get install -y -q gcc python3-dev; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e flink-job -e tsc_timer
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e flink-job -e tsc_timer -e producers
+	@touch $@
+
+# Java runs the Kafka broker and Flink; Maven resolves their jars from Maven Central.
+java:
+	@command -v java >/dev/null && command -v mvn >/dev/null \
+		|| { apt-get update -q && apt-get install -y -q default-jre-headless maven; }
+
+kafka: $(KAFKA_LIBS)/.resolved
+$(KAFKA_LIBS)/.resolved: producers/kafka/pom.xml | java
+	mvn -q -B -f producers/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+		-DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
+	@touch $@
+
+flink-connector: $(FLINK_LIB)/.resolved
+$(FLINK_LIB)/.resolved: flink-job/connector/pom.xml | java
+	mvn -q -B -f flink-job/connector/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+		-DoutputDirectory=$(CURDIR)/$(FLINK_LIB)
 	@touch $@
 
 data: $(STAMP)
@@ -46,17 +78,26 @@ train: $(STAMP)
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
 	$(PY) -m hvbench_job.forecast.train --data $(DATA_DIR) --out $(MODEL_DIR) --seed $(SEED) $(if $(EPOCHS),--epochs $(EPOCHS))
 
+run: $(STAMP) kafka flink-connector
+	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
+	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
+	$(PY) -m hvbench_load.run --target $(TARGET) --sched $(SCHED) \
+		$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
+		--records $(RECORDS) --warmup-s $(WARMUP) --malformed $(MALFORMED) \
+		--data $(DATA_DIR) --model $(MODEL_DIR) $(if $(RUN_ID),--run-id $(RUN_ID))
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: lint
+test: lint kafka flink-connector
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) kafka flink-connector
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
 	$(PY) bench/bench_inference.py --model $(MODEL_DIR)
 	$(PY) bench/bench_routing.py
 	$(PY) bench/bench_tsc.py
+	$(PY) bench/bench_pipeline.py --model $(MODEL_DIR) --data $(DATA_DIR)
 
 clean:
-	rm -rf $(VENV) data artifacts bench/out
+	rm -rf $(VENV) data artifacts bench/out build work

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 import time
@@ -50,6 +51,26 @@ def test_now_ns_follows_clock_monotonic_raw(calibrated):
     )
     stamps = [tsc_timer.now_ns() for _ in range(10000)]
     assert stamps == sorted(stamps)
+
+
+def test_another_process_adopts_the_calibration(calibrated):
+    """A process that adopts our calibration converts the same tick to the same nanosecond."""
+    code = (
+        "import json, sys, tsc_timer\n"
+        "tsc_timer.adopt(json.loads(sys.argv[1]))\n"
+        "print(tsc_timer.now_ns())"
+    )
+    before = tsc_timer.now_ns()
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(calibrated.as_dict())],
+        capture_output=True, text=True, check=True,
+    )
+    after = tsc_timer.now_ns()
+    assert before < int(out.stdout) < after
+    assert calibrated.base_ticks > 0
+    with pytest.raises(ValueError, match="no frequency"):
+        tsc_timer.adopt({**calibrated.as_dict(), "base_ticks": 0})
+    tsc_timer.adopt(calibrated.as_dict())  # leave this process as it was
 
 
 def test_unsteady_tsc_is_refused_unless_forced(tmp_path):

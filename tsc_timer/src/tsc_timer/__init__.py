@@ -4,8 +4,10 @@
 frequency comes from the kernel where it knows it (sysfs, its boot log, CPUID leaf 0x15) and is
 otherwise measured against CLOCK_MONOTONIC_RAW; either way it is also measured, and the two
 figures, the source and an error bound are reported in the returned `Calibration`. `now_ns()` is
-on the CLOCK_MONOTONIC_RAW timeline at the moment of calibration, so stamps from two processes
-calibrated on one machine can be subtracted; stamps from different machines (or VMs) cannot.
+on the CLOCK_MONOTONIC_RAW timeline at the moment of calibration. Processes on one machine that
+must subtract each other's stamps share one calibration: one process calibrates and the others
+`adopt()` its `as_dict()`, so all convert ticks with the same frequency and origin. Stamps from
+different machines (or VMs) can never be subtracted.
 
 A TSC without `constant_tsc` (rate follows the core clock) or `nonstop_tsc` (stops in deep
 C-states) is refused unless `force=True`; a forced calibration says so.
@@ -49,6 +51,8 @@ class Calibration:
     cpu_flags: dict[str, bool]
     forced: bool
     clocksource: str  # the kernel's current clocksource
+    base_ticks: int = 0  # the TSC reading that maps to base_ns
+    base_ns: int = 0  # CLOCK_MONOTONIC_RAW at base_ticks
     instruction: str = "rdtscp"
     clock: str = "tsc"
 
@@ -168,5 +172,18 @@ def calibrate(
         cpu_flags={f: f in flags for f in (*REQUIRED_FLAGS, "tsc_known_freq", "rdtscp")},
         forced=bool(missing),
         clocksource=clocksource(),
+        base_ticks=base_ticks,
+        base_ns=base_ns,
     )
+    return _calibration
+
+
+def adopt(calibration: dict) -> Calibration:
+    """Use a calibration made by another process on this machine (from `Calibration.as_dict()`)."""
+    global _calibration
+    adopted = Calibration(**calibration)
+    if adopted.base_ticks <= 0 or adopted.hz <= 0:
+        raise ValueError("this calibration has no frequency or origin to adopt")
+    _tsc.set_calibration(adopted.hz, adopted.base_ticks, adopted.base_ns)
+    _calibration = adopted
     return _calibration

@@ -1,3 +1,5 @@
+"""Fixtures shared by the tests of every package: small generated data and a small model."""
+
 from datetime import date
 
 import pytest

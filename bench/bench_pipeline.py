@@ -1,0 +1,228 @@
+"""End-to-end latency of the pipeline next to a bare Kafka echo, measured in the same run.
+
+1. Kafka echo: a producer sends records like the producers' at 60 rec/s to topic `in`, an echo
+   process forwards each to `out` at once, and a consumer stamps it: two Kafka hops, no Flink.
+2. The pipeline at 60 rec/s (six producers, 100 ms each) through the real job: p50 next to the
+   echo's (goal ratio ≤ 3) and p99.9 (goal ≤ 10 ms on an idle machine).
+3. Rising rates until p99 passes 50 ms: the highest rate that stays under (goal ≥ 1,200 rec/s).
+
+    python bench/bench_pipeline.py --model artifacts/forecaster --data data/pems
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from confluent_kafka import Consumer, Producer
+from hvbench_load import run
+from hvbench_load.broker import KafkaBroker
+from hvbench_load.consumer import CONSUMER_CONFIG
+from hvbench_load.producers import PRODUCER_CONFIG
+
+import tsc_timer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import OUT
+
+REPO = Path(__file__).resolve().parents[1]
+RECORD = json.dumps(
+    {
+        "detector": "athens",
+        "seq": 0,
+        "speed_mph": 63.2,
+        "flows": [123.0] * 12,
+        "intended_ns": 0,
+        "sent_ns": 0,
+    }
+)
+
+
+def echo(bootstrap: str, ready) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "echo", **CONSUMER_CONFIG})
+    consumer.subscribe(["in"])
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+    signalled = False
+    while True:
+        msg = consumer.poll(0.1)
+        if not signalled and consumer.assignment():
+            ready.set()
+            signalled = True
+        if msg is None or msg.error():
+            continue
+        if msg.value() == b"stop":
+            break
+        producer.produce("out", msg.value())
+        producer.poll(0)
+    producer.flush(10)
+    consumer.close()
+
+
+def kafka_echo(libs: Path, records: int, rate: float) -> np.ndarray:
+    """Round-trip latencies (ms) through in → echo → out."""
+    work = Path(tempfile.mkdtemp(prefix="hvbench-echo-"))
+    with KafkaBroker(libs, work) as broker:
+        broker.create_topics(["in", "out"])
+        ready = multiprocessing.Event()
+        forwarder = multiprocessing.Process(target=echo, args=(broker.bootstrap, ready))
+        forwarder.start()
+        consumer = Consumer(
+            {"bootstrap.servers": broker.bootstrap, "group.id": "sink", **CONSUMER_CONFIG}
+        )
+        consumer.subscribe(["out"])
+        while not consumer.assignment():
+            consumer.poll(0.1)
+        ready.wait(60)
+        received: list[tuple[int, int]] = []
+
+        def receive() -> None:
+            while len(received) < records:
+                msg = consumer.poll(0.1)
+                if msg is not None and not msg.error():
+                    now = tsc_timer.now_ns()
+                    received.append((now, int(msg.value().split(b"|", 1)[0])))
+
+        receiver = threading.Thread(target=receive)
+        receiver.start()
+        producer = Producer({"bootstrap.servers": broker.bootstrap, **PRODUCER_CONFIG})
+        period = 1e9 / rate
+        start = tsc_timer.now_ns() + 100_000_000
+        for i in range(records):
+            due = start + int(i * period)
+            wait = due - tsc_timer.now_ns()
+            if wait > 0:
+                time.sleep(wait / 1e9)
+            producer.produce("in", f"{tsc_timer.now_ns()}|{RECORD}".encode())
+            producer.poll(0)
+        producer.produce("in", b"stop")
+        producer.flush(10)
+        receiver.join(60)
+        forwarder.join(30)
+        consumer.close()
+    shutil.rmtree(work, ignore_errors=True)
+    return np.array([(r - s) / 1e6 for r, s in received])
+
+
+def pipeline(args, records: int, period_ms: float, warmup_s: float, run_id: str) -> dict:
+    results = Path(tempfile.mkdtemp(prefix="hvbench-bench-"))
+    code = run.main(
+        [
+            "--records",
+            str(records),
+            "--period-ms",
+            str(period_ms),
+            "--warmup-s",
+            str(warmup_s),
+            "--data",
+            args.data,
+            "--model",
+            args.model,
+            "--run-id",
+            run_id,
+            "--results",
+            str(results),
+            "--work",
+            str(results / "work"),
+            "--kafka-libs",
+            str(REPO / "build/kafka/libs"),
+            "--connector-dir",
+            str(REPO / "build/flink/lib"),
+        ]
+    )
+    meta = json.loads((results / run_id / "meta.json").read_text()) if code in (0, 2) else {}
+    shutil.rmtree(results, ignore_errors=True)
+    return {"exit": code, "counts": meta.get("counts"), "latency": meta.get("latency")}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="artifacts/forecaster")
+    p.add_argument("--data", default="data/pems")
+    p.add_argument("--seconds", type=float, default=60.0, help="length of the 60 rec/s run")
+    p.add_argument("--rates", default="300,600,1200,1800", help="rec/s, rising")
+    p.add_argument("--step-seconds", type=float, default=15.0)
+    args = p.parse_args()
+    tsc_timer.calibrate()
+
+    records_60 = int(60 * args.seconds)
+    echo_ms = kafka_echo(REPO / "build/kafka/libs", records_60, 60.0)
+    echo = {
+        "n": len(echo_ms),
+        "p50_ms": float(np.percentile(echo_ms, 50)),
+        "p99_ms": float(np.percentile(echo_ms, 99)),
+        "p99.9_ms": float(np.percentile(echo_ms, 99.9)),
+        "max_ms": float(echo_ms.max()),
+    }
+    at_60 = pipeline(args, records_60, 100.0, 10.0, "bench-60")
+    steps = []
+    for rate in (float(r) for r in args.rates.split(",")):
+        result = pipeline(
+            args, int(rate * args.step_seconds), 6000.0 / rate, 3.0, f"bench-{rate:g}"
+        )
+        steps.append({"rate": rate, **result})
+        if not result["latency"] or result["latency"]["p99_ms"] > 50:
+            break
+    passing = [
+        s["rate"]
+        for s in steps
+        if s["latency"] and s["latency"]["p99_ms"] <= 50 and s["counts"]["accounted"]
+    ]
+    best = max(passing, default=0.0)
+
+    lat = at_60["latency"] or {}
+    ratio = lat.get("p50_ms", float("nan")) / echo["p50_ms"]
+    print("\npipeline")
+    print(
+        f"  Kafka echo (2 hops) at 60 rec/s: p50 {echo['p50_ms']:.2f} ms  "
+        f"p99 {echo['p99_ms']:.2f} ms  p99.9 {echo['p99.9_ms']:.2f} ms  max {echo['max_ms']:.2f}"
+    )
+    print(
+        f"  pipeline at 60 rec/s:            p50 {lat.get('p50_ms', 0):.2f} ms  "
+        f"p99 {lat.get('p99_ms', 0):.2f} ms  p99.9 {lat.get('p99.9_ms', 0):.2f} ms  "
+        f"max {lat.get('max_ms', 0):.2f}  ({lat.get('n', 0)} records)"
+    )
+    for s in steps:
+        sl = s["latency"] or {}
+        accounted = bool(s["counts"] and s["counts"]["accounted"])
+        print(
+            f"  {s['rate']:>6.0f} rec/s: p50 {sl.get('p50_ms', 0):.2f} ms  "
+            f"p99 {sl.get('p99_ms', 0):.2f} ms  accounted {accounted}"
+        )
+    goals = [
+        (f"pipeline p50 / echo p50 ≤ 3 (measured {ratio:.2f})", ratio <= 3),
+        (
+            f"p99.9 at 60 rec/s ≤ 10 ms (measured {lat.get('p99.9_ms', 0):.2f})",
+            lat.get("p99.9_ms", 1e9) <= 10,
+        ),
+        (f"highest rate with p99 ≤ 50 ms ≥ 1200 rec/s (measured {best:g})", best >= 1200),
+    ]
+    for goal, met in goals:
+        print(f"  goal {goal}: {'met' if met else 'MISSED'}")
+    OUT.mkdir(exist_ok=True)
+    (OUT / "pipeline.json").write_text(
+        json.dumps(
+            {
+                "echo": echo,
+                "pipeline_60": at_60,
+                "steps": steps,
+                "ratio_p50": ratio,
+                "max_rate_p99_50ms": best,
+                "goals": dict(goals),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""What the Flink job does to one record, as a plain class: parse → forecast → route.
+
+The Flink operator (`hvbench_job.job`) only wires this into a stream; keeping it here lets it be
+tested and benchmarked without Flink.
+
+The router keeps, per detector, the latest measured speed and flow forecast; each record
+updates its detector and then routes over the whole network with what is known. Detectors
+not heard from yet count as free-flowing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import tsc_timer
+from hvbench_job import detectors
+from hvbench_job.forecast.serving import Forecaster
+from hvbench_job.records import InputRecord, RecordError, dead_letter, parse
+from hvbench_job.routing.router import Router
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Exactly one of `output` and `dead_letter` is set."""
+
+    output: str | None = None
+    dead_letter: str | None = None
+    # (speed_mph, predicted_flow) of the record's detector, for the job's keyed state
+    observation: tuple[str, float, float] | None = None
+
+
+class Pipeline:
+    def __init__(
+        self,
+        model_dir: Path | str,
+        origin: str = detectors.DEFAULT_ORIGIN,
+        destination: str = detectors.DEFAULT_DESTINATION,
+        heuristic: str = "distance",
+    ) -> None:
+        if tsc_timer.calibration() is None:
+            tsc_timer.calibrate()
+        self.forecaster = Forecaster(model_dir)
+        self.router = Router.for_detectors(heuristic)
+        for key in (origin, destination):
+            self.router.graph.node(key)  # refuses an unknown detector now, not per record
+        self.origin, self.destination = origin, destination
+        self.processed = 0
+        self.refused = 0
+
+    def restore(self, detector: str, speed_mph: float, predicted_flow: float) -> None:
+        """Put back a detector's latest observation (from the job's state after a restart)."""
+        self.router.observe(detector, speed_mph, predicted_flow)
+
+    def process(self, raw: str | bytes) -> Outcome:
+        start = tsc_timer.now_ns()
+        try:
+            record = parse(raw)
+            predicted = self.forecaster.predict(record.flows)
+        except (RecordError, ValueError) as e:
+            self.refused += 1
+            return Outcome(dead_letter=dead_letter(raw, str(e)))
+        predicted_at = tsc_timer.now_ns()
+        expected_speed = self.router.observe(record.detector, record.speed_mph, predicted)
+        route = self.router.route(self.origin, self.destination)
+        done = tsc_timer.now_ns()
+        self.processed += 1
+        output = self._output(record, predicted, expected_speed, route, start, predicted_at, done)
+        return Outcome(output=output, observation=(record.detector, record.speed_mph, predicted))
+
+    def _output(
+        self,
+        record: InputRecord,
+        predicted: float,
+        expected_speed: float,
+        route,
+        start: int,
+        predicted_at: int,
+        done: int,
+    ) -> str:
+        return json.dumps(
+            {
+                "detector": record.detector,
+                "seq": record.seq,
+                "speed_mph": record.speed_mph,
+                "flows": list(record.flows),
+                "intended_ns": record.intended_ns,
+                "sent_ns": record.sent_ns,
+                "predicted_flow": round(predicted, 3),
+                "expected_speed_mph": round(expected_speed, 3),
+                "route": self.router.path_ids(route),
+                "route_cost_s": round(route.cost, 3),
+                # durations inside the job (parse+predict, route), TSC ns of the job's machine
+                "predict_ns": predicted_at - start,
+                "route_ns": done - predicted_at,
+            },
+            separators=(",", ":"),
+        )

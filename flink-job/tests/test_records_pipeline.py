@@ -1,0 +1,99 @@
+import json
+import math
+
+import pytest
+from hvbench_job import detectors
+from hvbench_job.pipeline import Pipeline
+from hvbench_job.records import InputRecord, RecordError, dead_letter, parse
+
+GOOD = InputRecord("athens", 7, 58.5, tuple(float(100 + i) for i in range(12)), 10, 20)
+
+
+def with_changes(**changes) -> str:
+    obj = json.loads(GOOD.to_json())
+    for key, value in changes.items():
+        if value is None:
+            del obj[key]
+        else:
+            obj[key] = value
+    return json.dumps(obj)
+
+
+def test_a_valid_record_round_trips():
+    assert parse(GOOD.to_json()) == GOOD
+    assert parse(GOOD.to_json().encode()) == GOOD
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        (b"\xff\xfe", "not JSON"),
+        (with_changes(flows=None), "missing field(s): flows"),
+        (with_changes(seq=None, sent_ns=None), "missing field(s): seq, sent_ns"),
+        (with_changes(flows=[1.0] * 11), "must hold 12 values, got 11"),
+        (with_changes(flows="12 flows"), "must be a list"),
+        (with_changes(flows=[1.0] * 11 + ["x"]), "flows[11] must be a number"),
+        (with_changes(flows=[-1.0] + [1.0] * 11), "non-negative"),
+        (GOOD.to_json().replace("100.0", "NaN", 1), "NaN is not a valid number"),
+        (GOOD.to_json().replace("58.5", "Infinity"), "Infinity is not a valid number"),
+        (with_changes(detector="nowhere"), "unknown detector 'nowhere'"),
+        (with_changes(seq=1.5), "'seq' must be an integer"),
+        (with_changes(seq=True), "'seq' must be an integer"),
+        (with_changes(sent_ns=-1), "'sent_ns' must be non-negative"),
+    ],
+)
+def test_malformed_records_are_refused_with_their_reason(raw, reason):
+    with pytest.raises(RecordError) as e:
+        parse(raw)
+    assert reason in str(e.value)
+
+
+def test_dead_letter_keeps_the_record_and_the_reason():
+    letter = json.loads(dead_letter("x" * 20_000, "too long"))
+    assert letter["reason"] == "too long"
+    assert letter["record_chars"] == 20_000 and len(letter["record"]) == 10_000
+    assert json.loads(dead_letter(b"\xff", "bad"))["record"] == "\ufffd"
+
+
+@pytest.fixture(scope="module")
+def pipeline(small_model):
+    return Pipeline(small_model)
+
+
+def test_pipeline_forecasts_routes_and_copies_the_stamps(pipeline):
+    outcome = pipeline.process(GOOD.to_json())
+    assert outcome.dead_letter is None
+    out = json.loads(outcome.output)
+    for field in ("detector", "seq", "speed_mph", "flows", "intended_ns", "sent_ns"):
+        assert out[field] == json.loads(GOOD.to_json())[field]
+    assert out["predicted_flow"] == pytest.approx(pipeline.forecaster.predict(GOOD.flows), abs=1e-3)
+    assert out["route"][0] == detectors.DEFAULT_ORIGIN
+    assert out["route"][-1] == detectors.DEFAULT_DESTINATION
+    assert math.isfinite(out["route_cost_s"]) and out["route_cost_s"] > 0
+    assert out["predict_ns"] > 0 and out["route_ns"] > 0
+    assert outcome.observation == ("athens", 58.5, pytest.approx(out["predicted_flow"], abs=1e-3))
+
+
+def test_pipeline_sends_malformed_records_to_the_dead_letter_and_goes_on(pipeline):
+    before = pipeline.refused
+    outcome = pipeline.process(with_changes(flows=[1.0] * 3))
+    assert outcome.output is None
+    assert "must hold 12 values" in json.loads(outcome.dead_letter)["reason"]
+    assert pipeline.refused == before + 1
+    assert pipeline.process(GOOD.to_json()).output is not None
+
+
+def test_pipeline_keeps_the_latest_state_per_detector(pipeline):
+    """Congestion forecast at Wilmington on 405S moves the route; restore() brings it back."""
+    fresh = Pipeline(pipeline.forecaster.directory)
+    free = json.loads(fresh.process(GOOD.to_json()).output)["route"]
+    fresh.restore("wilmington", 8.0, 1.0)  # measured crawl: congested branch
+    jammed = json.loads(fresh.process(GOOD.to_json()).output)["route"]
+    assert "wilmington" in free and "wilmington" not in jammed
+
+
+def test_pipeline_refuses_an_unknown_route_end(small_model):
+    with pytest.raises(KeyError):
+        Pipeline(small_model, origin="nowhere")

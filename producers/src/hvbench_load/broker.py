@@ -1,0 +1,238 @@
+"""A single-node Kafka broker (KRaft: broker and controller in one JVM), started and stopped here.
+
+The jars come from Maven Central (`make kafka`, see producers/kafka/pom.xml). Each broker gets a
+fresh work directory: its configuration, its data and its log live there, so a run starts from
+empty topics and leaves its broker log behind for inspection.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+KAFKA_VERSION = "4.3.1"
+# Small heap and short GC pauses: the broker holds a few MB of records at most.
+DEFAULT_JVM_OPTS = (
+    "-Xms256m",
+    "-Xmx512m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-Djava.awt.headless=true",
+)
+
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+class BrokerError(RuntimeError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def new_cluster_id() -> str:
+    """Kafka's cluster id format: a UUID, base64url without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class KafkaBroker:
+    def __init__(
+        self,
+        libs: Path | str,
+        work_dir: Path | str,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        controller_port: int | None = None,
+        jvm_opts: tuple[str, ...] = DEFAULT_JVM_OPTS,
+        java: str = "java",
+    ) -> None:
+        self.libs = Path(libs).resolve()
+        if not (self.libs / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
+            raise BrokerError(f"no Kafka {KAFKA_VERSION} jars in {self.libs} (run `make kafka`)")
+        self.work_dir = Path(work_dir).resolve()
+        self.host = host
+        self.port = port or free_port(host)
+        self.controller_port = controller_port or free_port(host)
+        self.jvm_opts = jvm_opts
+        self.java = java
+        self.process: subprocess.Popen | None = None
+        self.properties = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": f"{host}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{host}:{self.port},CONTROLLER://{host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.work_dir / "data"),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "false",  # topics are created explicitly, or not at all
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",  # a consumer group starts at once
+        }
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.work_dir / "broker.log"
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        return [
+            self.java,
+            *self.jvm_opts,
+            f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
+            "-cp",
+            str(self.libs / "*"),
+            main,
+            *args,
+        ]
+
+    def start(self, timeout: float = 90.0) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        config = self.work_dir / "server.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
+        (self.work_dir / "log4j2.properties").write_text(LOG4J2.format(log=self.log_file))
+        fmt = subprocess.run(
+            self._java(
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                new_cluster_id(),
+                "-c",
+                str(config),
+                "--standalone",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if fmt.returncode != 0:
+            raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
+        with open(self.work_dir / "broker.out", "wb") as out:
+            # own session: stop() signals the JVM alone, a Ctrl-C in the terminal does not
+            self.process = subprocess.Popen(
+                self._java("kafka.Kafka", str(config)),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        """Ready when the listener accepts connections and the broker answers for metadata."""
+        deadline = time.monotonic() + timeout
+        while not self._listening():
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                raise BrokerError(f"Kafka exited with {code} while starting; see {self.log_file}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise BrokerError(f"Kafka not listening after {timeout:.0f} s; see {self.log_file}")
+            time.sleep(0.2)
+        try:
+            metadata = self.admin().list_topics(timeout=max(1.0, deadline - time.monotonic()))
+        except KafkaException as e:
+            self.stop()
+            raise BrokerError(
+                f"Kafka listens but does not answer: {e}; see {self.log_file}"
+            ) from None
+        if not metadata.brokers:
+            self.stop()
+            raise BrokerError(f"Kafka reports no broker; see {self.log_file}")
+
+    def _listening(self) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create_topics(self, names: list[str], partitions: int = 1) -> None:
+        admin = self.admin()  # must outlive the futures
+        futures = admin.create_topics(
+            [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names],
+            operation_timeout=30,
+        )
+        for name, future in futures.items():
+            try:
+                future.result(timeout=60)
+            except KafkaException as e:
+                raise BrokerError(f"creating topic {name!r} failed: {e}") from None
+
+    def topics(self) -> list[str]:
+        return sorted(
+            t for t in self.admin().list_topics(timeout=10).topics if not t.startswith("__")
+        )
+
+    def pid(self) -> int | None:
+        return self.process.pid if self.process and self.process.poll() is None else None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Controlled shutdown on SIGTERM; SIGKILL if it does not finish in time."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def __enter__(self) -> KafkaBroker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def describe(self) -> dict:
+        """What ran, for meta.json."""
+        return {
+            "version": KAFKA_VERSION,
+            "bootstrap": self.bootstrap,
+            "properties": self.properties,
+            "jvm_opts": list(self.jvm_opts),
+            "java": java_version(self.java),
+            "work_dir": str(self.work_dir),
+        }
+
+
+def java_version(java: str = "java") -> str:
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except OSError as e:
+        return f"unavailable: {e}"
+    return out.stderr.strip().splitlines()[0] if out.stderr else "unknown"

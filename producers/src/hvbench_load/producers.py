@@ -1,0 +1,268 @@
+"""Six open-loop producers, one per detector, each sending one record every `period`.
+
+Open loop: record i of a detector is due at start + offset + i × period, whatever happened to
+earlier records; a late send is sent at once, never skipped, and both the intended and the
+actual send time (TSC ns) travel in the record, so queueing behind a stall shows up in the
+latency from the intended time (no coordinated omission). The six schedules are staggered by
+period/6 so the job sees evenly spaced records.
+
+Each producer is its own Kafka client on its own thread. Records are the detector's real
+windows (12 five-minute flows and the latest speed) taken in order from the data, skipping
+windows that touch a missing value.
+
+    python -m hvbench_load.producers --bootstrap 127.0.0.1:9092 --data data/pems \\
+        --calibration cal.json --records 20000 --out sent.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import json
+import math
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from confluent_kafka import Producer
+from hvbench_job import detectors, pems
+from hvbench_job.forecast import LOOKBACK
+
+import tsc_timer
+
+# librdkafka producer settings, chosen for latency and recorded in meta.json.
+PRODUCER_CONFIG = {
+    "linger.ms": 0,  # send at once, do not wait to batch
+    "socket.nagle.disable": True,  # librdkafka leaves Nagle on by default
+    "acks": "all",  # one broker: all = the leader's own write
+    "enable.idempotence": False,
+    "compression.type": "none",
+}
+
+# Malformed records the producers can inject (--malformed K), one kind after another, to show
+# the dead-letter path under load. Each carries the marker "malformed-<i>" in its text.
+MALFORMED_KINDS = ("bad-json", "missing-field", "wrong-length", "nan")
+
+
+@dataclass
+class Windows:
+    """A detector's valid windows, in time order: flows (n, 12) and the speed at each end."""
+
+    detector: str
+    flows: np.ndarray
+    speed: np.ndarray
+
+    def record(self, i: int) -> tuple[list[float], float]:
+        j = i % len(self.flows)
+        return self.flows[j].tolist(), float(self.speed[j])
+
+
+def load_windows(data_dir: Path | str) -> dict[str, Windows]:
+    data = pems.load(data_dir, [d.station for d in detectors.DETECTORS])
+    windows = {}
+    for d in detectors.DETECTORS:
+        if d.station not in data.reports:
+            raise SystemExit(f"no data for detector {d.key} (station {d.station}) in {data_dir}")
+        flow = data.series(d.station, "total_flow").to_numpy(dtype=float)
+        speed = data.series(d.station, "avg_speed").to_numpy(dtype=float)
+        ends = [
+            end
+            for end in range(LOOKBACK, len(flow) + 1)
+            if np.isfinite(flow[end - LOOKBACK : end]).all() and math.isfinite(speed[end - 1])
+        ]
+        if not ends:
+            raise SystemExit(f"detector {d.key} has no complete {LOOKBACK}-interval window")
+        windows[d.key] = Windows(
+            d.key,
+            np.stack([flow[e - LOOKBACK : e] for e in ends]),
+            np.array([speed[e - 1] for e in ends]),
+        )
+    return windows
+
+
+def per_detector_counts(total: int, detector_keys: list[str]) -> dict[str, int]:
+    """Split `total` records over the detectors as evenly as possible (first ones get the rest)."""
+    n = len(detector_keys)
+    return {k: total // n + (1 if i < total % n else 0) for i, k in enumerate(detector_keys)}
+
+
+def malformed_record(i: int) -> str:
+    kind = MALFORMED_KINDS[i % len(MALFORMED_KINDS)]
+    marker = f"malformed-{i}"
+    if kind == "bad-json":
+        return f'{{"marker": "{marker}", "detector": '
+    base = {
+        "marker": marker,
+        "detector": detectors.DETECTORS[0].key,
+        "seq": 0,
+        "speed_mph": 60.0,
+        "flows": [100.0] * LOOKBACK,
+        "intended_ns": 0,
+        "sent_ns": 0,
+    }
+    if kind == "missing-field":
+        del base["flows"]
+    elif kind == "wrong-length":
+        base["flows"] = [100.0] * (LOOKBACK - 1)
+    else:  # "nan": json.dumps writes NaN, which is not JSON
+        base["flows"][3] = math.nan
+    return json.dumps(base)
+
+
+@dataclass
+class SentLog:
+    detector: str
+    seq: list[int] = field(default_factory=list)
+    intended_ns: list[int] = field(default_factory=list)
+    sent_ns: list[int] = field(default_factory=list)
+    delivered: list[bool] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def run_producer(
+    bootstrap: str,
+    topic: str,
+    windows: Windows,
+    count: int,
+    start_ns: int,
+    period_ns: int,
+    log: SentLog,
+    stop: threading.Event,
+) -> None:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "client.id": windows.detector, **PRODUCER_CONFIG}
+    )
+
+    def delivered(index: int):
+        def report(err, _msg) -> None:
+            log.delivered[index] = err is None
+            if err is not None:
+                log.errors.append(f"seq {log.seq[index]}: {err}")
+
+        return report
+
+    for seq in range(count):
+        if stop.is_set():
+            break
+        intended = start_ns + seq * period_ns
+        wait = intended - tsc_timer.now_ns()
+        if wait > 0:
+            time.sleep(wait / 1e9)
+        flows, speed = windows.record(seq)
+        sent = tsc_timer.now_ns()
+        value = (
+            f'{{"detector":"{windows.detector}","seq":{seq},"speed_mph":{speed!r},'
+            f'"flows":{json.dumps(flows)},"intended_ns":{intended},"sent_ns":{sent}}}'
+        )
+        log.seq.append(seq)
+        log.intended_ns.append(intended)
+        log.sent_ns.append(sent)
+        log.delivered.append(False)
+        producer.produce(topic, value.encode(), callback=delivered(len(log.seq) - 1))
+        producer.poll(0)  # serve delivery reports without waiting
+    remaining = producer.flush(30)
+    if remaining:
+        log.errors.append(f"{remaining} records still undelivered after 30 s")
+
+
+def send_malformed(bootstrap: str, topic: str, count: int) -> list[str]:
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+    markers = []
+    for i in range(count):
+        producer.produce(topic, malformed_record(i).encode())
+        markers.append(f"malformed-{i}")
+    if producer.flush(30):
+        raise SystemExit("malformed records could not be delivered")
+    return markers
+
+
+def write_sent(path: Path, logs: list[SentLog]) -> int:
+    rows = 0
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["detector", "seq", "intended_ns", "sent_ns", "delivered"])
+        for log in logs:
+            for i in range(len(log.seq)):
+                w.writerow(
+                    [
+                        log.detector,
+                        log.seq[i],
+                        log.intended_ns[i],
+                        log.sent_ns[i],
+                        int(log.delivered[i]),
+                    ]
+                )
+                rows += 1
+    return rows
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m hvbench_load.producers", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", default="input")
+    p.add_argument("--data", required=True, help="PeMS station 5-minute files")
+    p.add_argument("--calibration", required=True, help="TSC calibration JSON of this run")
+    p.add_argument("--records", type=int, default=20_000, help="in total, over all detectors")
+    p.add_argument("--period-ms", type=float, default=100.0, help="per detector")
+    p.add_argument("--malformed", type=int, default=0, help="malformed records to inject first")
+    p.add_argument("--start-delay-ms", type=float, default=200.0)
+    p.add_argument("--out", required=True, help="CSV of every record sent")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    tsc_timer.adopt(json.loads(Path(args.calibration).read_text()))
+    windows = load_windows(args.data)
+    keys = [d.key for d in detectors.DETECTORS]
+    counts = per_detector_counts(args.records, keys)
+    if args.malformed:
+        send_malformed(args.bootstrap, args.topic, args.malformed)
+    period_ns = round(args.period_ms * 1e6)
+    start = tsc_timer.now_ns() + round(args.start_delay_ms * 1e6)
+    logs = [SentLog(k) for k in keys]
+    # Sending makes no reference cycles; a full collection over the growing logs would only
+    # delay a send.
+    gc.disable()
+    stop = threading.Event()
+    threads = [
+        threading.Thread(
+            target=run_producer,
+            name=f"producer-{k}",
+            args=(
+                args.bootstrap,
+                args.topic,
+                windows[k],
+                counts[k],
+                start + i * period_ns // len(keys),
+                period_ns,
+                logs[i],
+                stop,
+            ),
+        )
+        for i, k in enumerate(keys)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        stop.set()
+        for t in threads:
+            t.join()
+    rows = write_sent(Path(args.out), logs)
+    errors = [f"{log.detector} {e}" for log in logs for e in log.errors]
+    for e in errors[:20]:
+        print(f"producers: {e}", file=sys.stderr)
+    return 1 if errors or rows < args.records else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

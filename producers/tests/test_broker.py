@@ -1,0 +1,53 @@
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from hvbench_load.broker import BrokerError, KafkaBroker, new_cluster_id
+
+REPO = Path(__file__).resolve().parents[2]
+LIBS = REPO / "build" / "kafka" / "libs"
+
+
+def test_cluster_ids_have_kafkas_format():
+    ids = {new_cluster_id() for _ in range(10)}
+    assert len(ids) == 10 and all(len(i) == 22 and "=" not in i for i in ids)
+
+
+def test_missing_jars_are_named(tmp_path):
+    with pytest.raises(BrokerError, match="make kafka"):
+        KafkaBroker(tmp_path, tmp_path / "work")
+
+
+def test_a_real_broker_starts_serves_and_stops(tmp_path):
+    broker = KafkaBroker(LIBS, tmp_path / "kafka")
+    with broker:
+        assert broker.bootstrap.startswith("127.0.0.1:")
+        broker.create_topics(["input", "output"])
+        assert broker.topics() == ["input", "output"]
+        with pytest.raises(BrokerError, match="already exists"):
+            broker.create_topics(["input"])
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        for i in range(5):
+            producer.produce("input", f"m{i}".encode())
+        assert producer.flush(10) == 0
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": "t",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.subscribe(["input"])
+        got = []
+        for _ in range(100):
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append(msg.value().decode())
+            if len(got) == 5:
+                break
+        consumer.close()
+        assert got == [f"m{i}" for i in range(5)]
+        pid = broker.pid()
+        assert Path(f"/proc/{pid}").exists()
+    assert broker.pid() is None and not Path(f"/proc/{pid}").exists()
+    assert (tmp_path / "kafka" / "broker.log").stat().st_size > 0

@@ -1,0 +1,458 @@
+"""Tests for hvbench_load.sched against the real kernel (run as root on the bare machine).
+
+Helper processes are plain `python -c` programs with named threads; every one is killed and
+every cgroup removed by fixture finalizers, also when a test fails. Deadline threads release
+their bandwidth when the helper dies.
+"""
+
+import os
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hvbench_load import sched
+
+# Worker threads named hvb-worker-<i> sleep in a loop; "pin" adds one thread restricted to CPU 0;
+# "long" adds one with a name longer than 15 characters. The main thread (hvb-main) answers
+# "spawn" on stdin by starting a thread and printing its result.
+HELPER = r"""
+import os, sys, threading, time
+
+def set_name(name):
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
+        f.write(name)
+
+def sleeper(name, ready, pin=False):
+    set_name(name)
+    if pin:
+        os.sched_setaffinity(0, {0})
+    ready.release()
+    while True:
+        time.sleep(0.01)
+
+names = [f"hvb-worker-{i}" for i in range(int(sys.argv[1]))]
+pinned = "pin" in sys.argv[2:]
+if pinned:
+    names.append("hvb-pinned")
+if "long" in sys.argv[2:]:
+    names.append("hvbench-very-long-thread-name")
+ready = threading.Semaphore(0)
+for name in names:
+    threading.Thread(target=sleeper, args=(name, ready, name == "hvb-pinned"), daemon=True).start()
+for _ in names:
+    ready.acquire()
+set_name("hvb-main")
+print("ready", flush=True)
+for line in sys.stdin:
+    if line.strip() == "spawn":
+        try:
+            t = threading.Thread(target=sleeper, args=("hvb-child", ready), daemon=True)
+            t.start()
+            ready.acquire()
+            print("spawned", flush=True)
+        except RuntimeError as e:
+            print("spawn-failed", e, flush=True)
+"""
+
+# Waits for "go" on stdin, then spins one thread until killed.
+SPINNER = r"""
+import sys
+sys.stdin.readline()
+while True:
+    pass
+"""
+
+
+def _readline(proc: subprocess.Popen, timeout: float = 10.0) -> str:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        raise TimeoutError("helper process did not answer")
+    return proc.stdout.readline().strip()
+
+
+@pytest.fixture
+def start():
+    """start(code, *args) -> running helper; all helpers are killed at teardown."""
+    procs = []
+
+    def _start(code: str, *args: str) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(proc)
+        if code is HELPER:
+            assert _readline(proc) == "ready"
+        return proc
+
+    yield _start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def quotas():
+    """Every CpuQuota made through this list is closed at teardown."""
+    made: list[sched.CpuQuota] = []
+    yield made
+    for q in made:
+        q.close()
+
+
+def _policy(tid: int) -> int:
+    # the stdlib's view, without the reset-on-fork bit it reports in the same number
+    return os.sched_getscheduler(tid) & ~os.SCHED_RESET_ON_FORK
+
+
+def _workers(pid: int) -> list[int]:
+    return [tid for tid, _ in sched.threads_of(pid, [r"^hvb-worker-"])]
+
+
+def _sysctl(name: str, default: int) -> int:
+    try:
+        return int(Path(f"/proc/sys/kernel/{name}").read_text())
+    except OSError:
+        return default
+
+
+# ---------------------------------------------------------------------------------------------
+# validate
+
+DL_MIN = _sysctl("sched_deadline_period_min_us", 100)
+DL_MAX = _sysctl("sched_deadline_period_max_us", 4194304)
+
+INVALID = [
+    ("rtds", None, None, "unknown SCHED 'rtds' for target bare; valid: none, deadline, cfs-quota"),
+    ("", 5000, None, "unknown SCHED '' for target bare; valid: none, deadline, cfs-quota"),
+    (
+        "none",
+        5000,
+        None,
+        "BUDGET and PERIOD have no meaning for SCHED=none (got BUDGET=5000, PERIOD=None); "
+        "unset them",
+    ),
+    (
+        "none",
+        None,
+        100000,
+        "BUDGET and PERIOD have no meaning for SCHED=none (got BUDGET=None, PERIOD=100000); "
+        "unset them",
+    ),
+    ("deadline", None, 100000, "SCHED=deadline needs BUDGET (microseconds of CPU time per PERIOD)"),
+    ("cfs-quota", None, None, "SCHED=cfs-quota needs BUDGET (microseconds of CPU time per PERIOD)"),
+    (
+        "deadline",
+        "5000",
+        None,
+        "SCHED=deadline: BUDGET must be an integer number of microseconds, got '5000' (str)",
+    ),
+    (
+        "cfs-quota",
+        5000,
+        1.5,
+        "SCHED=cfs-quota: PERIOD must be an integer number of microseconds, got 1.5 (float)",
+    ),
+    (
+        "deadline",
+        True,
+        None,
+        "SCHED=deadline: BUDGET must be an integer number of microseconds, got True (bool)",
+    ),
+    ("deadline", 0, None, "SCHED=deadline: BUDGET must be positive, got 0 us"),
+    ("cfs-quota", 5000, -100000, "SCHED=cfs-quota: PERIOD must be positive, got -100000 us"),
+    (
+        "deadline",
+        120000,
+        None,
+        "SCHED=deadline: BUDGET 120000 us > PERIOD 100000 us (the budget must fit in one period)",
+    ),
+    (
+        "cfs-quota",
+        120000,
+        100000,
+        "SCHED=cfs-quota: BUDGET 120000 us > PERIOD 100000 us (the budget must fit in one period)",
+    ),
+    (
+        "deadline",
+        1,
+        100000,
+        "SCHED=deadline: BUDGET 1 us is below the kernel minimum of 2 us "
+        "(runtime must be >= 1024 ns)",
+    ),
+    (
+        "deadline",
+        50,
+        DL_MIN - 1,
+        f"SCHED=deadline: PERIOD {DL_MIN - 1} us outside the kernel range {DL_MIN}..{DL_MAX} us "
+        "(kernel.sched_deadline_period_min_us/max_us)",
+    ),
+    (
+        "deadline",
+        5000,
+        DL_MAX + 1,
+        f"SCHED=deadline: PERIOD {DL_MAX + 1} us outside the kernel range {DL_MIN}..{DL_MAX} us "
+        "(kernel.sched_deadline_period_min_us/max_us)",
+    ),
+    (
+        "cfs-quota",
+        500,
+        999,
+        "SCHED=cfs-quota: PERIOD 999 us outside the kernel range 1000..1000000 us "
+        "(cpu.cfs_period_us, cpu.max)",
+    ),
+    (
+        "cfs-quota",
+        5000,
+        1000001,
+        "SCHED=cfs-quota: PERIOD 1000001 us outside the kernel range 1000..1000000 us "
+        "(cpu.cfs_period_us, cpu.max)",
+    ),
+    (
+        "cfs-quota",
+        999,
+        100000,
+        "SCHED=cfs-quota: BUDGET 999 us is below the kernel minimum of 1000 us "
+        "(cpu.cfs_quota_us, cpu.max)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("sched_name", "budget", "period", "message"), INVALID)
+def test_validate_refuses_with_clear_message(sched_name, budget, period, message):
+    with pytest.raises(ValueError) as info:
+        sched.validate(sched_name, budget, period)
+    assert str(info.value) == message
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("none", None, None), ("none", None, None)),
+        (("deadline", 5000, None), ("deadline", 5000, 100000)),
+        (("deadline", 2, DL_MIN), ("deadline", 2, DL_MIN)),
+        (("deadline", DL_MAX, DL_MAX), ("deadline", DL_MAX, DL_MAX)),
+        (("cfs-quota", 1000, 1000), ("cfs-quota", 1000, 1000)),
+        (("cfs-quota", 100000, 1000000), ("cfs-quota", 100000, 1000000)),
+    ],
+)
+def test_validate_accepts(args, expected):
+    setting = sched.validate(*args)
+    assert (setting.sched, setting.budget_us, setting.period_us) == expected
+    with pytest.raises(AttributeError):
+        setting.budget_us = 1  # frozen
+
+
+# ---------------------------------------------------------------------------------------------
+# threads and SCHED=none
+
+
+def test_threads_of_matches_truncated_comm(start):
+    proc = start(HELPER, "3", "long")
+    assert [name for _, name in sched.threads_of(proc.pid, [r"^hvb-worker-"])] == [
+        "hvb-worker-0",
+        "hvb-worker-1",
+        "hvb-worker-2",
+    ]
+    # the kernel keeps 15 characters of a thread name
+    assert sched.threads_of(proc.pid, [r"^hvbench-very-lo$"])[0][1] == "hvbench-very-lo"
+    assert sched.threads_of(proc.pid, ["long-thread-name"]) == []
+    names = [name for _, name in sched.threads_of(proc.pid, ["^hvb-main$", "worker-1"])]
+    assert names == ["hvb-main", "hvb-worker-1"]
+    with pytest.raises(ProcessLookupError):
+        sched.threads_of(2**22 + 1, [""])
+
+
+def test_readback_none(start):
+    proc = start(HELPER, "3")
+    rb = sched.readback_none(proc.pid)
+    assert rb["pid"] == proc.pid
+    assert rb["threads"] == 4
+    assert rb["policies"] == {"SCHED_OTHER": 4}
+    assert rb["nice"] == {0: 4}
+    assert rb["cpu_cgroup"] is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# SCHED=deadline
+
+
+def test_check_permitted_deadline():
+    sched.check_permitted(sched.validate("deadline", 5000, 100000), threads=4)
+    sched.check_permitted(sched.validate("none", None, None))
+    too_much = sched.validate("deadline", 100000, 100000)
+    threads = (os.cpu_count() or 1) + 1
+    with pytest.raises(sched.SchedUnavailable, match="admission control would refuse"):
+        sched.check_permitted(too_much, threads=threads)
+
+
+def test_apply_deadline_and_read_back(start):
+    proc = start(HELPER, "3")
+    tids = _workers(proc.pid)
+    setting = sched.validate("deadline", 5000, 100000)
+    result = sched.apply_deadline(tids, setting)
+    assert [r.tid for r in result] == tids
+    for r in result:
+        assert r.name.startswith("hvb-worker-")
+        assert r.policy == "SCHED_DEADLINE"
+        assert (r.runtime_ns, r.deadline_ns, r.period_ns) == (5_000_000, 100_000_000, 100_000_000)
+        assert r.reset_on_fork
+        # the same seen through the stdlib, independent of our own readback
+        assert os.sched_getscheduler(r.tid) == sched.SCHED_DEADLINE | os.SCHED_RESET_ON_FORK
+    rb = sched.readback_none(proc.pid)
+    assert rb["policies"] == {"SCHED_DEADLINE": 3, "SCHED_OTHER": 1}
+
+
+def test_deadline_thread_can_spawn_only_with_reset_on_fork(start):
+    setting = sched.validate("deadline", 5000, 100000)
+    for reset_on_fork, answer in ((True, "spawned"), (False, "spawn-failed")):
+        proc = start(HELPER, "1")
+        main = sched.threads_of(proc.pid, ["^hvb-main$"])[0][0]
+        sched.apply_deadline([main], setting, reset_on_fork=reset_on_fork)
+        proc.stdin.write("spawn\n")
+        proc.stdin.flush()
+        assert _readline(proc).startswith(answer)
+        if reset_on_fork:
+            child = sched.threads_of(proc.pid, ["^hvb-child$"])[0][0]
+            assert _policy(child) == sched.SCHED_OTHER
+
+
+def test_admission_refusal_restores_and_does_not_leak(start):
+    ncpus = os.cpu_count() or 1
+    proc = start(HELPER, str(ncpus + 1))
+    tids = _workers(proc.pid)
+    full = sched.validate("deadline", 100000, 100000)  # one whole CPU per thread
+    for _ in range(2):
+        with pytest.raises(sched.SchedUnavailable) as info:
+            sched.apply_deadline(tids, full)
+        message = str(info.value)
+        assert "admission control refused" in message
+        assert "EBUSY" in message
+        assert "restored" in message
+        assert all(_policy(tid) == sched.SCHED_OTHER for tid in tids)
+    # the rolled-back threads gave their bandwidth back: a whole CPU is still admitted
+    [rb] = sched.apply_deadline(tids[:1], full)
+    assert rb.policy == "SCHED_DEADLINE"
+
+
+def test_restricted_affinity_is_refused_with_reason(start):
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs 2 CPUs: with 1 CPU a thread pinned to CPU 0 is not restricted")
+    proc = start(HELPER, "1", "pin")
+    tids = [*_workers(proc.pid), sched.threads_of(proc.pid, ["^hvb-pinned$"])[0][0]]
+    with pytest.raises(sched.SchedUnavailable, match=r"EPERM.*affinity") as info:
+        sched.apply_deadline(tids, sched.validate("deadline", 5000, 100000))
+    assert "restored 1 thread(s)" in str(info.value)
+    assert all(_policy(tid) == sched.SCHED_OTHER for tid in tids)
+
+
+def test_apply_deadline_refuses_other_settings():
+    with pytest.raises(ValueError, match="needs a SCHED=deadline setting"):
+        sched.apply_deadline([os.getpid()], sched.validate("cfs-quota", 5000, 100000))
+
+
+# ---------------------------------------------------------------------------------------------
+# SCHED=cfs-quota
+
+
+def _cgroup_names() -> set[str]:
+    controller = sched.find_cpu_controller()
+    return {p.name for p in Path(controller[1]).iterdir()} if controller else set()
+
+
+def test_find_cpu_controller_on_this_machine():
+    controller = sched.find_cpu_controller()
+    if controller is None:
+        pytest.skip("no cpu cgroup controller mounted")
+    version, path = controller
+    wanted = "cpu.cfs_quota_us" if version == 1 else "cgroup.controllers"
+    assert (Path(path) / wanted).exists()
+
+
+def test_find_cpu_controller_reads_v2_and_escaped_paths(tmp_path):
+    root = tmp_path / "cg 2"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    escaped = str(root).replace(" ", "\\040")
+    mountinfo = (
+        "30 23 0:26 / /sys/fs/cgroup/cpuset rw,relatime shared:9 - cgroup cgroup rw,cpuset\n"
+        f"31 23 0:27 / {escaped} rw,nosuid shared:10 - cgroup2 cgroup2 rw,nsdelegate\n"
+    )
+    assert sched.find_cpu_controller(mountinfo) == (2, str(root))
+    (root / "cgroup.controllers").write_text("cpuset io\n")
+    assert sched.find_cpu_controller(mountinfo) is None
+    v1 = mountinfo + "32 23 0:28 / /x/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+    assert sched.find_cpu_controller(v1) == (1, "/x/cpu,cpuacct")
+
+
+def test_check_permitted_cfs_quota_leaves_nothing():
+    before = _cgroup_names()
+    sched.check_permitted(sched.validate("cfs-quota", 10000, 100000))
+    assert _cgroup_names() == before
+
+
+def test_cpu_quota_throttles_and_cleans_up(start, quotas):
+    setting = sched.validate("cfs-quota", 10000, 100000)
+    quota = sched.CpuQuota(setting, run_id=f"test-{os.getpid()}")
+    quotas.append(quota)
+    path = Path(quota.path)
+    assert path.is_dir()
+    assert path.name == f"hvbench-test-{os.getpid()}"
+
+    proc = start(SPINNER)
+    quota.add(proc.pid)
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    time.sleep(0.5)
+    rb = quota.readback()
+    assert rb["path"] == str(path)
+    assert (rb["quota_us"], rb["period_us"]) == (10000, 100000)
+    assert rb["tasks"] >= 1
+    assert rb["cpu_stat"]["nr_throttled"] > 0
+    throttled = rb["cpu_stat"]["throttled_time" if rb["version"] == 1 else "throttled_usec"]
+    assert throttled > 0
+
+    quota.close()
+    assert not path.exists()
+    # the spinner is back in the root cgroup and still running
+    cgroup = Path(f"/proc/{proc.pid}/cgroup").read_text()
+    assert re.search(r"^\d+:[^:]*\bcpu\b[^:]*:/$|^0::/$", cgroup, re.M)
+    assert proc.poll() is None
+    quota.close()  # twice is fine
+
+
+def test_cpu_quota_context_manager_and_existing_group(start):
+    setting = sched.validate("cfs-quota", 50000, 100000)
+    run_id = f"test-cm-{os.getpid()}"
+    proc = start(HELPER, "2")
+    with sched.CpuQuota(setting, run_id) as quota:
+        quota.add(proc.pid)
+        assert quota.readback()["tasks"] == 3
+        with pytest.raises(sched.SchedUnavailable, match="already exists"):
+            sched.CpuQuota(setting, run_id)
+        assert Path(quota.path).is_dir()  # the refused second one did not remove it
+    assert not Path(quota.path).exists()
+
+
+def test_cpu_quota_removed_when_body_fails(start):
+    setting = sched.validate("cfs-quota", 50000, 100000)
+    proc = start(SPINNER)
+    run_id = f"test-err-{os.getpid()}"
+    with pytest.raises(RuntimeError, match="boom"), sched.CpuQuota(setting, run_id) as quota:
+        quota.add(proc.pid)
+        raise RuntimeError("boom")
+    assert not Path(quota.path).exists()
+
+
+def test_cpu_quota_refuses_bad_input():
+    with pytest.raises(ValueError, match="needs a SCHED=cfs-quota setting"):
+        sched.CpuQuota(sched.validate("deadline", 5000, 100000), "x")
+    with pytest.raises(ValueError, match="run_id"):
+        sched.CpuQuota(sched.validate("cfs-quota", 5000, 100000), "../escape")
