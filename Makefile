@@ -17,6 +17,7 @@ SCHED     ?= none
 BUDGET    ?=
 PERIOD    ?=
 RECORDS   ?= 20000
+SEND_MS   ?= 100
 WARMUP    ?= 10
 MALFORMED ?= 0
 RUN_ID    ?=
@@ -32,7 +33,8 @@ export OPENBLAS_NUM_THREADS := 1
 
 help:
 	@echo "make run     the experiment on this machine: TARGET=bare SCHED=none|deadline|cfs-quota"
-	@echo "             [BUDGET=us PERIOD=us] RECORDS=20000 WARMUP=10 (s) MALFORMED=0 RUN_ID=..."
+	@echo "             [BUDGET=us PERIOD=us] RECORDS=20000 SEND_MS=100 (per producer)"
+	@echo "             WARMUP=10 (s) MALFORMED=0 RUN_ID=..."
 	@echo "make data    generate a month of PeMS-layout traffic data into $(DATA_DIR)"
 	@echo "make train   train the LSTM and the baselines, export for serving, into $(MODEL_DIR)"
 	@echo "make test    lint and run every test"
@@ -83,7 +85,7 @@ run: $(STAMP) kafka flink-connector
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
 	$(PY) -m hvbench_load.run --target $(TARGET) --sched $(SCHED) \
 		$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
-		--records $(RECORDS) --warmup-s $(WARMUP) --malformed $(MALFORMED) \
+		--records $(RECORDS) --period-ms $(SEND_MS) --warmup-s $(WARMUP) --malformed $(MALFORMED) \
 		--data $(DATA_DIR) --model $(MODEL_DIR) $(if $(RUN_ID),--run-id $(RUN_ID))
 
 lint: $(STAMP)

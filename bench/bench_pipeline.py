@@ -147,7 +147,7 @@ def main() -> int:
     p.add_argument("--model", default="artifacts/forecaster")
     p.add_argument("--data", default="data/pems")
     p.add_argument("--seconds", type=float, default=60.0, help="length of the 60 rec/s run")
-    p.add_argument("--rates", default="300,600,1200,1800", help="rec/s, rising")
+    p.add_argument("--rates", default="120,180,240,300,600,1200", help="rec/s, rising")
     p.add_argument("--step-seconds", type=float, default=15.0)
     args = p.parse_args()
     tsc_timer.calibrate()

@@ -38,8 +38,10 @@ TARGETS = ("bare",)  # kvm and xen come with `make provision`
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
 # Threads of the job's JVM that handle records (comm names, cut to 15 characters by the
 # kernel): the chained task of source + Python operator + sinks, the Kafka source's fetcher,
-# and the Kafka sink's network thread. SCHED=deadline applies to these.
+# and the network threads of the two Kafka sinks (results, dead letters): four threads.
+# SCHED=deadline applies to these.
 JOB_THREAD_PATTERNS = (r"^Source: kafka-", r"^Source Data Fet", r"^kafka-producer-")
+JOB_THREADS = 4
 PROBE_PREFIX = "hvbench-readiness-probe-"
 
 
@@ -96,7 +98,7 @@ def check_settings(args: argparse.Namespace) -> sched.SchedSetting:
     for what, path in (("model", Path(args.model) / "manifest.json"), ("data", Path(args.data))):
         if not path.exists():
             raise RunError(f"no {what} at {path} (make train / make data create it)")
-    sched.check_permitted(setting, threads=len(JOB_THREAD_PATTERNS))
+    sched.check_permitted(setting, threads=JOB_THREADS)
     return setting
 
 
@@ -203,6 +205,7 @@ def apply_sched(setting: sched.SchedSetting, jvm_pid: int, run_id: str, procs: P
     threads = sched.threads_of(jvm_pid, list(JOB_THREAD_PATTERNS))
     if not threads:
         raise RunError(f"no job threads matching {JOB_THREAD_PATTERNS} in JVM {jvm_pid}")
+    sched.check_permitted(setting, threads=len(threads))
     readback = sched.apply_deadline([tid for tid, _ in threads], setting)
     return {
         "applied": "SCHED_DEADLINE on the job's record-handling threads",
@@ -260,8 +263,9 @@ def run(args: argparse.Namespace) -> int:
     )
     results = Path(args.results) / run_id
     work = Path(args.work) / run_id
-    if results.exists():
-        raise RunError(f"{results} exists already; choose another RUN_ID")
+    for taken in (results, work):
+        if taken.exists():
+            raise RunError(f"{taken} exists already; choose another RUN_ID")
     work.mkdir(parents=True)
     started_at = datetime.now(UTC)
     procs = Processes()
@@ -386,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
         meta_doc["sched_at_end"] = final_sched_readback(setting, jvm_pid, procs)
     except KeyboardInterrupt:
         interrupted = True
-        log("interrupted: tearing everything down")
+        log(f"interrupted: tearing everything down (partial files stay in {work})")
     finally:
         broker_description = procs.broker.describe() if procs.broker else None
         teardown(procs)
