@@ -2,8 +2,9 @@ import gzip
 
 import pandas as pd
 import pytest
-from conftest import SMALL_DAYS, SMALL_START
 from hvbench_job import detectors, pems
+
+from conftest import SMALL_DAYS, SMALL_START
 
 STATIONS = [d.station for d in detectors.DETECTORS]
 GOOD_ROW = (
