@@ -27,7 +27,7 @@ class Outcome:
 
     output: str | None = None
     dead_letter: str | None = None
-    # (speed_mph, predicted_flow) of the record's detector, for the job's keyed state
+    # (detector, speed_mph, predicted_flow) of a processed record, for the job's keyed state
     observation: tuple[str, float, float] | None = None
 
 
