@@ -3,6 +3,7 @@ import json
 
 import pytest
 from hvbench_load.accounting import account, latency_stats
+from hvbench_load.consumer import FIELDS as RECEIVED_FIELDS
 
 MS = 1_000_000
 
@@ -23,18 +24,7 @@ def run_files(tmp_path):
     write_csv(
         tmp_path / "sent.csv", ["detector", "seq", "intended_ns", "sent_ns", "delivered"], sent
     )
-    header = [
-        "detector",
-        "seq",
-        "intended_ns",
-        "sent_ns",
-        "received_ns",
-        "predict_ns",
-        "route_ns",
-        "predicted_flow",
-        "route_cost_s",
-        "route",
-    ]
+    header = RECEIVED_FIELDS
     received = []
     for det, seq, intended, sent_ns, _ in sent:
         if seq in (3, 7):
