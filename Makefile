@@ -19,6 +19,7 @@ PERIOD    ?=
 RECORDS   ?= 20000
 SEND_MS   ?= 100
 WARMUP    ?= 10
+RAMP      ?= 0
 MALFORMED ?= 0
 RUN_ID    ?=
 
@@ -34,7 +35,7 @@ export OPENBLAS_NUM_THREADS := 1
 help:
 	@echo "make run     the experiment on this machine: TARGET=bare SCHED=none|deadline|cfs-quota"
 	@echo "             [BUDGET=us PERIOD=us] RECORDS=20000 SEND_MS=100 (per producer)"
-	@echo "             WARMUP=10 (s) MALFORMED=0 RUN_ID=..."
+	@echo "             WARMUP=10 (s) RAMP=0 (s, within WARMUP) MALFORMED=0 RUN_ID=..."
 	@echo "make data    generate a month of PeMS-layout traffic data into $(DATA_DIR)"
 	@echo "make train   train the LSTM and the baselines, export for serving, into $(MODEL_DIR)"
 	@echo "make test    lint and run every test"
@@ -85,7 +86,8 @@ run: $(STAMP) kafka flink-connector
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
 	$(PY) -m hvbench_load.run --target $(TARGET) --sched $(SCHED) \
 		$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
-		--records $(RECORDS) --period-ms $(SEND_MS) --warmup-s $(WARMUP) --malformed $(MALFORMED) \
+		--records $(RECORDS) --period-ms $(SEND_MS) --warmup-s $(WARMUP) --ramp-s $(RAMP) \
+		--malformed $(MALFORMED) \
 		--data $(DATA_DIR) --model $(MODEL_DIR) $(if $(RUN_ID),--run-id $(RUN_ID))
 
 lint: $(STAMP)

@@ -73,7 +73,6 @@ def test_pipeline_forecasts_routes_and_copies_the_stamps(pipeline):
     assert out["route"][-1] == detectors.DEFAULT_DESTINATION
     assert math.isfinite(out["route_cost_s"]) and out["route_cost_s"] > 0
     assert out["predict_ns"] > 0 and out["route_ns"] > 0
-    assert outcome.observation == ("athens", 58.5, pytest.approx(out["predicted_flow"], abs=1e-3))
 
 
 def test_pipeline_sends_malformed_records_to_the_dead_letter_and_goes_on(pipeline):
@@ -86,10 +85,11 @@ def test_pipeline_sends_malformed_records_to_the_dead_letter_and_goes_on(pipelin
 
 
 def test_pipeline_keeps_the_latest_state_per_detector(pipeline):
-    """Congestion forecast at Wilmington on 405S moves the route; restore() brings it back."""
+    """A crawl measured at Wilmington on 405S, kept as state, moves later routes off it."""
     fresh = Pipeline(pipeline.forecaster.directory)
     free = json.loads(fresh.process(GOOD.to_json()).output)["route"]
-    fresh.restore("wilmington", 8.0, 1.0)  # measured crawl: congested branch
+    crawl = with_changes(detector="wilmington", speed_mph=8.0, flows=[1.0] * 12)
+    assert fresh.process(crawl).output is not None  # congested branch: 8 mph at low flow
     jammed = json.loads(fresh.process(GOOD.to_json()).output)["route"]
     assert "wilmington" in free and "wilmington" not in jammed
 

@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 from hvbench_job import detectors
 from hvbench_job.records import RecordError, parse
@@ -8,6 +9,7 @@ from hvbench_load.producers import (
     load_windows,
     malformed_record,
     per_detector_counts,
+    send_offset_ns,
 )
 
 
@@ -17,6 +19,25 @@ def test_records_are_split_evenly_over_the_detectors():
     assert sum(counts.values()) == 20_000
     assert sorted(set(counts.values())) == [3333, 3334]
     assert per_detector_counts(5, keys)[keys[-1]] == 0
+
+
+def test_without_a_ramp_records_are_one_period_apart():
+    assert [send_offset_ns(i, 100) for i in range(4)] == [0, 100, 200, 300]
+
+
+def test_a_ramp_rises_from_a_tenth_to_the_full_rate_and_then_holds():
+    period, ramp = 1_000_000, 1_000_000_000  # 1 ms at full rate, 1 s ramp
+    offsets = np.array([send_offset_ns(i, period, ramp) for i in range(2_000)])
+    gaps = np.diff(offsets)
+    assert offsets[0] == 0 and (gaps > 0).all()
+    assert gaps[0] == pytest.approx(10 * period, rel=0.05)  # a tenth of the rate at first
+    # the ramp holds (1 + 0.1) / 2 × 1000 = 550 records, then the full rate without a jump
+    assert offsets[550] == pytest.approx(ramp, abs=period)
+    assert (gaps[551:] == period).all()
+    assert gaps[540:550] == pytest.approx([period] * 10, rel=0.02)
+    # the rate is linear in time on the ramp: halfway through it runs at 55 %
+    halfway = np.searchsorted(offsets, ramp // 2)
+    assert gaps[halfway] == pytest.approx(period / 0.55, rel=0.02)
 
 
 @pytest.mark.parametrize("i", range(len(MALFORMED_KINDS)))

@@ -63,7 +63,9 @@ def test_another_process_adopts_the_calibration(calibrated):
     before = tsc_timer.now_ns()
     out = subprocess.run(
         [sys.executable, "-c", code, json.dumps(calibrated.as_dict())],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     after = tsc_timer.now_ns()
     assert before < int(out.stdout) < after

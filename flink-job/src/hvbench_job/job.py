@@ -11,6 +11,7 @@ feed it a collection; `main()` attaches Kafka. The latency-relevant settings are
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import site
@@ -21,8 +22,8 @@ from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.common.serialization import SimpleStringSchema
 from pyflink.datastream import (
     DataStream,
-    KeyedProcessFunction,
     OutputTag,
+    ProcessFunction,
     RuntimeContext,
     StreamExecutionEnvironment,
 )
@@ -34,18 +35,15 @@ from pyflink.datastream.connectors.kafka import (
     KafkaSink,
     KafkaSource,
 )
-from pyflink.datastream.state import MapStateDescriptor
 
 from hvbench_job import detectors
 
 DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
-# Every record updates the one network-wide routing state, so all records share one key.
-NETWORK_KEY = "network"
 
 # Kafka client settings of the job's source and sink (the Java client inside the connector).
 SOURCE_PROPERTIES = {
     "fetch.min.bytes": "1",  # answer a fetch as soon as one record is there
-    "fetch.max.wait.ms": "10",  # an empty fetch returns after 10 ms instead of 500 ms
+    "fetch.max.wait.ms": "100",  # bounds only empty fetches (see the consumer's settings)
     "isolation.level": "read_uncommitted",  # the producers do not use transactions
     "client.id.prefix": "hvbench-job",
 }
@@ -124,44 +122,37 @@ def import_litert_on_python_thread() -> None:
         raise errors[0]
 
 
-class ForecastAndRoute(KeyedProcessFunction):
+class ForecastAndRoute(ProcessFunction):
     """One record in, one route (or one dead letter) out.
 
-    The routing state (latest speed and forecast per detector) lives in the Pipeline's router
-    for speed and is written through to Flink keyed state, from which it is restored when the
-    task starts again after a failure.
+    The routing state (latest speed and forecast per detector) is the Pipeline's router, in
+    the operator's memory. Not Flink keyed state on purpose: keyed state needs keyBy, and keyBy
+    always repartitions, even at parallelism 1, which splits source and operator into two tasks
+    with a network hand-off between them. Measured at 1,200 rec/s: chained, p50 9.8 ms and no
+    backlog; keyed, p50 36 ms with a backlog of seconds while the JIT warmed. The job does not
+    restart (restart strategy none), so there is no state to restore.
     """
 
     def __init__(self, model_dir: str, origin: str, destination: str, heuristic: str) -> None:
         self.model_dir, self.origin, self.destination = model_dir, origin, destination
         self.heuristic = heuristic
         self.pipeline = None
-        self.state = None
-        self.restored = False
 
     def open(self, runtime_context: RuntimeContext) -> None:
         import_litert_on_python_thread()
-        from hvbench_job.pipeline import Pipeline  # loads TensorFlow Lite: once per task
+        from hvbench_job.pipeline import Pipeline  # loads LiteRT: once per task
 
         self.pipeline = Pipeline(self.model_dir, self.origin, self.destination, self.heuristic)
-        self.state = runtime_context.get_map_state(
-            MapStateDescriptor(
-                "latest", Types.STRING(), Types.TUPLE([Types.FLOAT(), Types.FLOAT()])
-            )
-        )
+        # Move everything loaded so far (PyFlink, numpy, LiteRT, the model) out of the cyclic
+        # collector's reach: its full collections then walk only what records create.
+        gc.freeze()
 
-    def process_element(self, value: str, ctx: KeyedProcessFunction.Context):
-        if not self.restored:
-            for detector, (speed, flow) in self.state.items():
-                self.pipeline.restore(detector, speed, flow)
-            self.restored = True
+    def process_element(self, value: str, ctx: ProcessFunction.Context):
         outcome = self.pipeline.process(value)
         if outcome.output is None:
             yield DEAD_LETTERS, outcome.dead_letter
-            return
-        detector, speed, flow = outcome.observation
-        self.state.put(detector, (speed, flow))
-        yield outcome.output
+        else:
+            yield outcome.output
 
 
 def build(
@@ -173,8 +164,7 @@ def build(
 ) -> tuple[DataStream, DataStream]:
     """The job's logic on any stream of raw records: returns (outputs, dead letters)."""
     routed = (
-        source.key_by(lambda _: NETWORK_KEY, key_type=Types.STRING())
-        .process(
+        source.process(
             ForecastAndRoute(model_dir, origin, destination, heuristic),
             output_type=Types.STRING(),
         )

@@ -27,8 +27,6 @@ class Outcome:
 
     output: str | None = None
     dead_letter: str | None = None
-    # (detector, speed_mph, predicted_flow) of a processed record, for the job's keyed state
-    observation: tuple[str, float, float] | None = None
 
 
 class Pipeline:
@@ -49,10 +47,6 @@ class Pipeline:
         self.processed = 0
         self.refused = 0
 
-    def restore(self, detector: str, speed_mph: float, predicted_flow: float) -> None:
-        """Put back a detector's latest observation (from the job's state after a restart)."""
-        self.router.observe(detector, speed_mph, predicted_flow)
-
     def process(self, raw: str | bytes) -> Outcome:
         start = tsc_timer.now_ns()
         try:
@@ -67,7 +61,7 @@ class Pipeline:
         done = tsc_timer.now_ns()
         self.processed += 1
         output = self._output(record, predicted, expected_speed, route, start, predicted_at, done)
-        return Outcome(output=output, observation=(record.detector, record.speed_mph, predicted))
+        return Outcome(output=output)
 
     def _output(
         self,

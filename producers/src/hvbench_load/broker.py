@@ -96,6 +96,10 @@ class KafkaBroker:
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",  # a consumer group starts at once
+            # One network thread and two request handlers instead of 3 and 8: a handful of
+            # clients on a few cores; fewer hand-offs between threads per request.
+            "num.network.threads": "1",
+            "num.io.threads": "2",
         }
 
     @property

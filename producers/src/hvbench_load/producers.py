@@ -6,6 +6,11 @@ actual send time (TSC ns) travel in the record, so queueing behind a stall shows
 latency from the intended time (no coordinated omission). The six schedules are staggered by
 period/6 so the job sees evenly spaced records.
 
+With a ramp (--ramp-s R) each producer's rate rises linearly from a tenth of the full rate to
+the full rate over the first R seconds, then holds: at high rates this lets the JVMs' JIT
+compilers warm up before the full load arrives instead of building a backlog that outlasts
+the warm-up. The ramp belongs inside the warm-up; `send_offset_ns` is the schedule.
+
 Each producer is its own Kafka client on its own thread. Records are the detector's real
 windows (12 five-minute flows and the latest speed) taken in order from the data, skipping
 windows that touch a missing value.
@@ -123,6 +128,25 @@ class SentLog:
     errors: list[str] = field(default_factory=list)
 
 
+RAMP_START = 0.1  # fraction of the full rate at the start of a ramp
+
+
+def send_offset_ns(i: int, period_ns: int, ramp_ns: int = 0) -> int:
+    """When record i is due, from the producer's start: i × period, or on a linear ramp.
+
+    On the ramp the rate is r(t) = (f + (1 − f)·t/R)/period, so the records due by t are
+    N(t) = (f·t + (1 − f)·t²/2R)/period; record i is due where N(t) = i.
+    """
+    if ramp_ns <= 0:
+        return i * period_ns
+    f = RAMP_START
+    on_ramp = (1 + f) / 2 * ramp_ns / period_ns  # records due during the ramp
+    if i >= on_ramp:
+        return round(ramp_ns + (i - on_ramp) * period_ns)
+    a = (1 - f) / (2 * ramp_ns)
+    return round((-f + math.sqrt(f * f + 4 * a * i * period_ns)) / (2 * a))
+
+
 def run_producer(
     bootstrap: str,
     topic: str,
@@ -132,6 +156,7 @@ def run_producer(
     period_ns: int,
     log: SentLog,
     stop: threading.Event,
+    ramp_ns: int = 0,
 ) -> None:
     producer = Producer(
         {"bootstrap.servers": bootstrap, "client.id": windows.detector, **PRODUCER_CONFIG}
@@ -148,7 +173,7 @@ def run_producer(
     for seq in range(count):
         if stop.is_set():
             break
-        intended = start_ns + seq * period_ns
+        intended = start_ns + send_offset_ns(seq, period_ns, ramp_ns)
         wait = intended - tsc_timer.now_ns()
         if wait > 0:
             time.sleep(wait / 1e9)
@@ -210,6 +235,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--calibration", required=True, help="TSC calibration JSON of this run")
     p.add_argument("--records", type=int, default=20_000, help="in total, over all detectors")
     p.add_argument("--period-ms", type=float, default=100.0, help="per detector")
+    p.add_argument("--ramp-s", type=float, default=0.0, help="rise to the full rate over this")
     p.add_argument("--malformed", type=int, default=0, help="malformed records to inject first")
     p.add_argument("--start-delay-ms", type=float, default=200.0)
     p.add_argument("--out", required=True, help="CSV of every record sent")
@@ -244,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                 period_ns,
                 logs[i],
                 stop,
+                round(args.ramp_s * 1e9),
             ),
         )
         for i, k in enumerate(keys)

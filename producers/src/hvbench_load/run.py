@@ -32,7 +32,7 @@ import tsc_timer
 from hvbench_load import accounting, meta, sched
 from hvbench_load.broker import KafkaBroker
 from hvbench_load.consumer import CONSUMER_CONFIG
-from hvbench_load.producers import PRODUCER_CONFIG
+from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
 
 TARGETS = ("bare",)  # kvm and xen come with `make provision`
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
@@ -72,6 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--records", type=int, default=20_000, help="in total over the six producers")
     p.add_argument("--period-ms", type=float, default=100.0, help="send period of each producer")
     p.add_argument("--warmup-s", type=float, default=10.0, help="excluded from the statistics")
+    p.add_argument("--ramp-s", type=float, default=0.0, help="rise to the full rate over this")
     p.add_argument("--malformed", type=int, default=0, help="malformed records to inject")
     p.add_argument("--drain-s", type=float, default=20.0, help="wait for late results this long")
     p.add_argument("--data", default="data/pems")
@@ -95,6 +96,8 @@ def check_settings(args: argparse.Namespace) -> sched.SchedSetting:
     setting = sched.validate(args.sched, args.budget, args.period)
     if args.records <= 0 or args.period_ms <= 0 or args.warmup_s < 0 or args.malformed < 0:
         raise RunError("RECORDS and the send period must be positive, WARMUP and MALFORMED ≥ 0")
+    if not 0 <= args.ramp_s <= args.warmup_s:
+        raise RunError("RAMP must lie within the warm-up: 0 ≤ RAMP ≤ WARMUP")
     for what, path in (("model", Path(args.model) / "manifest.json"), ("data", Path(args.data))):
         if not path.exists():
             raise RunError(f"no {what} at {path} (make train / make data create it)")
@@ -280,6 +283,7 @@ def run(args: argparse.Namespace) -> int:
             "producer_period_ms": args.period_ms,
             "producers": 6,
             "warmup_s": args.warmup_s,
+            "ramp_s": args.ramp_s,
             "malformed": args.malformed,
         },
         "started_at": started_at.isoformat(),
@@ -356,6 +360,8 @@ def run(args: argparse.Namespace) -> int:
                 str(args.records),
                 "--period-ms",
                 str(args.period_ms),
+                "--ramp-s",
+                str(args.ramp_s),
                 "--malformed",
                 str(args.malformed),
                 "--out",
@@ -365,7 +371,10 @@ def run(args: argparse.Namespace) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        expected_s = args.records / 6 * args.period_ms / 1000
+        last = send_offset_ns(
+            -(-args.records // 6) - 1, round(args.period_ms * 1e6), round(args.ramp_s * 1e9)
+        )
+        expected_s = last / 1e9 + args.period_ms / 1000
         log(f"producers started: about {expected_s:.0f} s of sending")
         started = time.monotonic()
         drain_deadline = None
