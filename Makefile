@@ -23,6 +23,15 @@ RAMP      ?= 0
 MALFORMED ?= 0
 RUN_ID    ?=
 
+# make report: RUNS picks runs (names or globs, comma-separated; default all in results/),
+# REF names a reference configuration (e.g. sched=credit), DEADLINE_MS adds the share of records
+# over it, XLIM_MS cuts the ECDFs' x axis (curves past it are marked with their maximum).
+RUNS        ?=
+OUT         ?= report
+REF         ?=
+DEADLINE_MS ?=
+XLIM_MS     ?=
+
 KAFKA_LIBS := build/kafka/libs
 FLINK_LIB  := build/flink/lib
 
@@ -30,12 +39,14 @@ FLINK_LIB  := build/flink/lib
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
-.PHONY: help venv java kafka flink-connector data train run test lint bench clean
+.PHONY: help venv java browser kafka flink-connector data train run report test lint bench clean
 
 help:
 	@echo "make run     the experiment on this machine: TARGET=bare SCHED=none|deadline|cfs-quota"
 	@echo "             [BUDGET=us PERIOD=us] RECORDS=20000 SEND_MS=100 (per producer)"
 	@echo "             WARMUP=10 (s) RAMP=0 (s, within WARMUP) MALFORMED=0 RUN_ID=..."
+	@echo "make report  figures and tables of the runs in results/ into $(OUT)/index.html:"
+	@echo "             RUNS='a,rtds-*' REF=sched=credit DEADLINE_MS=50 XLIM_MS=100"
 	@echo "make data    generate a month of PeMS-layout traffic data into $(DATA_DIR)"
 	@echo "make train   train the LSTM and the baselines, export for serving, into $(MODEL_DIR)"
 	@echo "make test    lint and run every test"
@@ -47,20 +58,24 @@ venv: $(STAMP)
 # The venv is rebuilt whenever a pin changes. On a fresh Debian 12, python3 lacks venv/ensurepip
 # until python3-venv is installed, so install it first (we run as root there).
 # tsc_timer is a C extension: it needs gcc and Python's headers (python3-dev on Debian).
-$(STAMP): requirements.txt constraints.txt flink-job/pyproject.toml tsc_timer/pyproject.toml producers/pyproject.toml tsc_timer/src/tsc_timer/_tsc.c
+$(STAMP): requirements.txt constraints.txt flink-job/pyproject.toml tsc_timer/pyproject.toml producers/pyproject.toml analysis/pyproject.toml tsc_timer/src/tsc_timer/_tsc.c
 	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if v[:2] == (3, 11) else "hvbench needs Python 3.11 (Debian 12), found %d.%d" % v[:2])'
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -q && apt-get install -y -q python3-venv; }
 	@command -v gcc >/dev/null && $(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
 		|| { apt-get update -q && apt-get install -y -q gcc python3-dev; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e flink-job -e tsc_timer -e producers
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e flink-job -e tsc_timer -e producers -e analysis
 	@touch $@
 
 # Java runs the Kafka broker and Flink; Maven resolves their jars from Maven Central.
 java:
 	@command -v java >/dev/null && command -v mvn >/dev/null \
 		|| { apt-get update -q && apt-get install -y -q default-jre-headless maven; }
+
+# The report test opens the page in a real headless browser.
+browser:
+	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
 
 kafka: $(KAFKA_LIBS)/.resolved
 $(KAFKA_LIBS)/.resolved: producers/kafka/pom.xml | java
@@ -93,7 +108,12 @@ run: $(STAMP) kafka flink-connector
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: lint kafka flink-connector
+report: $(STAMP)
+	$(PY) -m hvbench_analysis.report --results results --out $(OUT) \
+		$(if $(RUNS),--runs '$(RUNS)') $(if $(REF),--ref '$(REF)') \
+		$(if $(DEADLINE_MS),--deadline-ms $(DEADLINE_MS)) $(if $(XLIM_MS),--xlim-ms $(XLIM_MS))
+
+test: lint kafka flink-connector browser
 	$(PY) -m pytest -q
 
 bench: $(STAMP) kafka flink-connector
@@ -101,7 +121,8 @@ bench: $(STAMP) kafka flink-connector
 	$(PY) bench/bench_inference.py --model $(MODEL_DIR)
 	$(PY) bench/bench_routing.py
 	$(PY) bench/bench_tsc.py
+	$(PY) bench/bench_report.py
 	$(PY) bench/bench_pipeline.py --model $(MODEL_DIR) --data $(DATA_DIR)
 
 clean:
-	rm -rf $(VENV) data artifacts bench/out build work
+	rm -rf $(VENV) data artifacts bench/out build work report

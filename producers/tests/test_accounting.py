@@ -78,7 +78,7 @@ def test_statistics_exclude_warmup_and_take_the_exact_maximum(run_files):
     stats = latency_stats(samples)
     assert stats["n"] == 6  # seq 2, 4, 5, 6, 8, 9
     assert stats["max_ms"] == 10.0  # seq 9, exactly
-    assert stats["p50_ms"] == pytest.approx(6.5)  # of 3, 5, 6, 7, 9, 10
+    assert stats["p50_ms"] == 6.0  # nearest rank: the 3rd of 3, 5, 6, 7, 9, 10
     from_intended = latency_stats(samples, "latency_from_intended_ns")
     assert from_intended["max_ms"] == pytest.approx(10.001)
 

@@ -12,10 +12,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-
-PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+from hvbench_analysis.stats import summarize
 
 
 @dataclass
@@ -127,12 +125,10 @@ def account(
 
 
 def latency_stats(samples: pd.DataFrame, column: str = "latency_ns") -> dict:
-    """Percentiles and maximum (ms) over the measured (received, non-warm-up) records."""
+    """Percentiles (nearest-rank, as in the report) and the raw maximum, in ms, over the
+    measured (received, non-warm-up) records."""
     values = samples.loc[(samples["copies"] > 0) & ~samples["warmup"], column].to_numpy(float)
     if len(values) == 0:
         return {"n": 0}
-    stats = {"n": len(values), "mean_ms": float(values.mean() / 1e6)}
-    for p in PERCENTILES:
-        stats[f"p{p:g}_ms"] = float(np.percentile(values, p) / 1e6)
-    stats["max_ms"] = float(values.max() / 1e6)  # from the raw samples, never a bucket
-    return stats
+    stats = summarize(values)
+    return {"n": stats.pop("count"), "method": "nearest-rank", **stats}

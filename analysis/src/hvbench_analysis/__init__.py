@@ -1,0 +1,1 @@
+"""hvbench analysis: runs in `results/` → one tidy table → statistics, figures, the report."""

@@ -1,0 +1,387 @@
+"""`make report`: runs in results/ → one self-contained HTML page, with the figures (PNG, SVG),
+tables (Markdown, CSV) and HdrHistogram logs beside it.
+
+    python -m hvbench_analysis.report --results results --out report \\
+        [--runs 'run-a,rtds-*'] [--ref sched=credit] [--deadline-ms 50] [--xlim-ms 100]
+
+For each run the page says the scheduler settings read back, the clock and the counts, and
+flags runs with unaccounted records. Runs that cannot be read are listed with the reason and
+left out of every figure and table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import json
+import re
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hvbench_analysis import compare, figures, hdr, tables
+from hvbench_analysis.load import Runs, config_label, load_runs, run_dirs
+
+CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222 }
+h1 { font-size: 1.6em } h2 { border-bottom: 1px solid #ccc; margin-top: 2em }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em } th, td { padding: 2px 8px }
+th { background: #f0f0f0; text-align: left } td { border-top: 1px solid #e4e4e4 }
+td.num { text-align: right; font-variant-numeric: tabular-nums }
+img { max-width: 100%; display: block; margin: 0.5em 0 }
+.flag { color: #b00; font-weight: bold } .note { color: #555 } pre { background: #f7f7f7;
+padding: 0.5em; overflow-x: auto; font-size: 12px }
+"""
+# Marks on <body> how many figures decoded to a bitmap, for checks by a headless browser.
+LOAD_CHECK = (
+    "<script>addEventListener('load', () => { document.body.dataset.figuresRendered = "
+    "[...document.images].filter(i => i.complete && i.naturalWidth > 0).length })</script>"
+)
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("_") or "run"
+
+
+class Page:
+    """The HTML page, built section by section; figures are embedded as PNG data."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.parts: list[str] = []
+
+    def h(self, level: int, text: str) -> None:
+        self.parts.append(f"<h{level}>{html.escape(text)}</h{level}>")
+
+    def p(self, text: str, cls: str = "") -> None:
+        attr = f' class="{cls}"' if cls else ""
+        self.parts.append(f"<p{attr}>{html.escape(text)}</p>")
+
+    def figure(self, png: bytes, alt: str, name: str) -> None:
+        data = base64.b64encode(png).decode()
+        self.parts.append(
+            f'<figure><img class="figure" alt="{html.escape(alt)}" '
+            f'src="data:image/png;base64,{data}"><figcaption class="note">'
+            f"{html.escape(alt)} (figures/{html.escape(name)}.png, .svg)</figcaption></figure>"
+        )
+
+    def table(self, table: pd.DataFrame, name: str | None = None, digits: int = 2) -> None:
+        if table.empty:
+            self.p("No runs of this kind.", "note")
+            return
+        rows = ["<table><tr>" + "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)]
+        for _, row in table.iterrows():
+            cells = []
+            for value in row:
+                text = tables._cell(value, digits)
+                numeric = isinstance(value, int | float | np.integer | np.floating)
+                cells.append(
+                    f'<td class="num">{text}</td>' if numeric else f"<td>{html.escape(text)}</td>"
+                )
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+        rows.append("</table>")
+        if name:
+            rows.append(f'<p class="note">tables/{html.escape(name)}.md, .csv</p>')
+        self.parts.append("\n".join(rows))
+
+    def raw(self, markup: str) -> None:
+        self.parts.append(markup)
+
+    def render(self) -> str:
+        body = "\n".join(self.parts)
+        return (
+            f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{html.escape(self.title)}</title><style>{CSS}</style></head>\n"
+            f"<body>\n<h1>{html.escape(self.title)}</h1>\n{body}\n{LOAD_CHECK}\n</body></html>\n"
+        )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m hvbench_analysis.report", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--results", default="results", help="the folder holding run directories")
+    p.add_argument("--runs", default="", help="comma-separated run names or globs (default all)")
+    p.add_argument("--out", default="report")
+    p.add_argument("--ref", default="", help="reference configuration, e.g. sched=credit")
+    p.add_argument("--deadline-ms", type=float, help="report the %% of records over it")
+    p.add_argument("--xlim-ms", type=float, help="x-axis limit of the ECDFs")
+    p.add_argument("--hdr-interval-s", type=float, default=10.0)
+    p.add_argument("--seed", type=int, default=0, help="of the bootstrap")
+    return p.parse_args(argv)
+
+
+def curves(groups: list[tuple[dict, pd.DataFrame]]) -> list[tuple[str, np.ndarray]]:
+    return [(config_label(tags), group["latency_ns"].to_numpy()) for tags, group in groups]
+
+
+def build(args: argparse.Namespace) -> tuple[Runs, Path]:
+    started = time.perf_counter()
+    results = Path(args.results)
+    names = [n.strip() for n in args.runs.split(",") if n.strip()]
+    if not results.is_dir():
+        raise SystemExit(f"report: no results folder {results}")
+    directories = run_dirs(results, names)
+    out = Path(args.out)
+    runs = load_runs(directories, include_warmup=True)
+    if runs.runs.empty:
+        reasons = "; ".join(f"{n}: {r}" for n, r in runs.skipped) or "no run directories"
+        raise SystemExit(f"report: no readable runs in {results} ({reasons})")
+    figures_dir, tables_dir, hdr_dir = out / "figures", out / "tables", out / "hdr"
+    measured = runs.measured
+    page = Page("hvbench latency report")
+    page.p(
+        f"{len(runs.runs)} run(s) from {results}, generated "
+        f"{datetime.now(UTC).isoformat(timespec='seconds')}. Latency is end-to-end: the "
+        "consumer's receipt stamp minus the producer's send stamp (TSC, same machine). Warm-up "
+        "records are excluded from every statistic; percentiles are nearest-rank and maxima are "
+        "raw samples."
+    )
+    flagged = runs.runs[runs.runs["problems"] != ""]
+    if len(flagged):
+        page.raw(
+            '<p class="flag">Runs with problems: '
+            + html.escape("; ".join(f"{r.run_id}: {r.problems}" for r in flagged.itertuples()))
+            + "</p>"
+        )
+    if runs.skipped:
+        page.raw(
+            '<p class="flag">Skipped (not readable): '
+            + html.escape("; ".join(f"{n}: {r}" for n, r in runs.skipped))
+            + "</p>"
+        )
+
+    # Tables
+    page.h(2, "Latency percentiles per configuration (repetitions pooled)")
+    by_config = tables.percentile_table(measured, "config", args.deadline_ms)
+    page.table(by_config, "percentiles_by_config")
+    tables.write(by_config, tables_dir, "percentiles_by_config")
+    if args.deadline_ms is not None:
+        page.p(f"over_deadline_pct: share of records later than {args.deadline_ms:g} ms.", "note")
+    by_run = tables.percentile_table(measured, "run", args.deadline_ms)
+    tables.write(by_run, tables_dir, "percentiles_by_run")
+
+    page.h(2, "Maximum latency")
+    for name, caption, table in (
+        (
+            "max_budget_period",
+            "Budget and period (the paper's Table 4)",
+            tables.max_table_budget_period(measured),
+        ),
+        ("max_cap", "Cap (the paper's Table 5)", tables.max_table_cap(measured)),
+        (
+            "max_scheduler",
+            "Scheduler defaults (the paper's Table 6)",
+            tables.max_table_scheduler(measured),
+        ),
+    ):
+        page.h(3, caption)
+        page.table(table, name)
+        tables.write(table, tables_dir, name)
+
+    page.h(2, "Latency from the intended send next to the actual send")
+    page.p(
+        "Producers send open-loop on a schedule; latency from the intended time includes any "
+        "delay of the producer itself (coordinated omission shows as a gap between the two).",
+        "note",
+    )
+    co = tables.intended_vs_actual(measured)
+    page.table(co, "intended_vs_actual")
+    tables.write(co, tables_dir, "intended_vs_actual")
+
+    per_run = compare.per_run(measured, args.deadline_ms)
+    reps = compare.repetitions(per_run, seed=args.seed)
+    page.h(2, "Repetitions: mean over runs with 95 % bootstrap intervals")
+    if reps.empty:
+        page.p("No configuration has more than one run.", "note")
+    else:
+        shown = reps_table(reps)
+        page.table(shown, "repetitions")
+        tables.write(shown, tables_dir, "repetitions")
+    if args.ref:
+        reference = compare.parse_selector(args.ref)
+        page.h(2, f"Against the reference {args.ref}")
+        against = compare.against_reference(measured, per_run, reference, seed=args.seed)
+        shown = against_table(against)
+        page.table(shown, "against_reference", digits=3)
+        tables.write(shown, tables_dir, "against_reference", digits=3)
+        page.p(
+            "Differences are means over runs (configuration − reference) with 95 % bootstrap "
+            "intervals over runs (both sides need repetitions); KS: two-sample Kolmogorov–"
+            "Smirnov on the pooled samples (D, and a p-value that assumes independent samples).",
+            "note",
+        )
+
+    # Figures
+    configs = tables.by_config(measured)
+    page.h(2, "ECDF")
+    png = figures.save(
+        figures.ecdf(curves(configs), "All configurations", args.xlim_ms),
+        figures_dir,
+        "ecdf_all",
+    )
+    page.figure(png, "ECDF of end-to-end latency, all configurations", "ecdf_all")
+    families: dict[tuple, list[tuple[dict, pd.DataFrame]]] = {}
+    for tags, group in configs:
+        families.setdefault((tags["target"], tags["sched"]), []).append((tags, group))
+    for (target, sched), members in families.items():
+        if len(members) > 1 and len(families) > 1:
+            name = safe_name(f"ecdf_{target}_{sched}")
+            png = figures.save(
+                figures.ecdf(curves(members), f"{target} / {sched}", args.xlim_ms),
+                figures_dir,
+                name,
+            )
+            page.figure(png, f"ECDF, {target} / {sched}", name)
+    for tags, group in tables.by_config(measured):
+        if group["run_id"].nunique() > 1:
+            per_rep = [
+                (f"rep {g['rep'].iloc[0]} ({run_id})", g["latency_ns"].to_numpy())
+                for run_id, g in group.groupby("run_id", observed=True)
+            ]
+            name = safe_name(f"ecdf_reps_{config_label(tags)}")
+            png = figures.save(
+                figures.ecdf(per_rep, f"Repetitions of {config_label(tags)}", args.xlim_ms),
+                figures_dir,
+                name,
+            )
+            page.figure(png, f"ECDF per repetition, {config_label(tags)}", name)
+
+    page.h(2, "Density per configuration")
+    png = figures.save(
+        figures.density(curves(configs), "Latency density"),
+        figures_dir,
+        "density",
+    )
+    page.figure(png, "Density of log latency per configuration", "density")
+
+    # Runs
+    page.h(2, "Runs")
+    facts = runs.runs[
+        [
+            "run_id",
+            "target",
+            "sched",
+            "period",
+            "budget",
+            "cap",
+            "rep",
+            "sent",
+            "received",
+            "missing",
+            "duplicated",
+            "accounted",
+            "clock",
+            "tsc_hz",
+            "clocksource",
+        ]
+    ]
+    page.table(facts, "runs", digits=0)
+    tables.write(
+        runs.runs.drop(columns=["sched_readback", "sched_readback_at_end"]), tables_dir, "runs"
+    )
+    for row in runs.runs.itertuples():
+        page.h(3, f"{row.run_id}: {config_label(row._asdict())}")
+        counts = (
+            f"sent {row.sent}, received {row.received}, missing {row.missing}, "
+            f"duplicated {row.duplicated}"
+        )
+        if row.problems:
+            page.raw(f'<p class="flag">{html.escape(row.problems)} ({html.escape(counts)})</p>')
+        else:
+            page.p(f"Every record accounted for: {counts}.")
+        page.p(
+            f"Clock: {row.clock}, {row.tsc_hz or 0:,.0f} Hz ({row.tsc_source}); kernel "
+            f"clocksource {row.clocksource}; warm-up excluded {row.warmup_excluded_s} s.",
+            "note",
+        )
+        page.raw(
+            "<details><summary>Scheduler settings read back</summary><pre>"
+            + html.escape(
+                json.dumps(
+                    {"at start": row.sched_readback, "at end": row.sched_readback_at_end}, indent=1
+                )
+            )
+            + "</pre></details>"
+        )
+        samples = runs.samples[runs.samples["run_id"] == row.run_id]
+        name = safe_name(f"over_time_{row.run_id}")
+        png = figures.save(
+            figures.over_time(
+                samples["time_s"].to_numpy(),
+                samples["latency_ns"].to_numpy(),
+                samples["warmup"].to_numpy(),
+                f"{row.run_id}: latency over time",
+            ),
+            figures_dir,
+            name,
+        )
+        page.figure(png, f"Latency over time, {row.run_id}", name)
+        started_at = pd.Timestamp(row.started_at).timestamp() if row.started_at else 0.0
+        hdr.write_log(
+            hdr_dir / f"{safe_name(row.run_id)}.hlog",
+            samples["time_s"].to_numpy(),
+            samples["latency_ns"].to_numpy(),
+            started_at,
+            args.hdr_interval_s,
+        )
+    page.p(
+        f"HdrHistogram interval logs per run: hdr/<run>.hlog. Built in "
+        f"{time.perf_counter() - started:.1f} s.",
+        "note",
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "index.html").write_text(page.render())
+    return runs, out
+
+
+def reps_table(reps: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for _, r in reps.iterrows():
+        row = {"configuration": config_label(r), "runs": int(r["runs"])}
+        for stat in compare.COMPARED:
+            row[stat] = f"{r[stat]:.2f} [{r[stat + '_ci_low']:.2f}, {r[stat + '_ci_high']:.2f}]"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def against_table(against: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for _, r in against.iterrows():
+        row = {
+            "configuration": config_label(r),
+            "runs": int(r["runs"]),
+            "reference runs": int(r["reference_runs"]),
+            "KS D": r["ks_d"],
+            "KS p": r["ks_p"],
+        }
+        for stat in compare.COMPARED:
+            low, high = r[f"{stat}_diff_ci_low"], r[f"{stat}_diff_ci_high"]
+            ci = "" if np.isnan(low) else f" [{low:+.2f}, {high:+.2f}]"
+            row[f"Δ {stat}"] = f"{r[f'{stat}_diff']:+.2f}{ci}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        runs, out = build(args)
+    except ValueError as e:  # e.g. a reference that matches no run
+        print(f"report: {e}", file=sys.stderr)
+        return 1
+    for name, reason in runs.skipped:
+        print(f"report: skipped {name}: {reason}", file=sys.stderr)
+    for row in runs.runs[runs.runs["problems"] != ""].itertuples():
+        print(f"report: {row.run_id}: {row.problems}", file=sys.stderr)
+    print(f"report: {len(runs.runs)} run(s) → {out / 'index.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Latency statistics from raw samples: exact percentiles and maxima, no histogram buckets.
+
+Percentiles are nearest-rank: pXX is the smallest sample with at least XX % of the samples at or
+below it, so every reported value is a latency that really occurred (numpy's "inverted_cdf").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
+# Order and names of the percentile table's columns (all latencies in ms).
+SUMMARY_COLUMNS = (
+    "count",
+    "min_ms",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "p99.9_ms",
+    "p99.99_ms",
+    "max_ms",
+    "mean_ms",
+    "sd_ms",
+)
+
+
+def percentile(values: np.ndarray, p: float | list[float]) -> np.ndarray | float:
+    """Nearest-rank percentile(s) of raw samples: the k-th smallest, k = ⌈p/100 · n⌉."""
+    values = np.asarray(values)
+    n = len(values)
+    ps = np.atleast_1d(np.asarray(p, dtype=float))
+    # the small tolerance keeps 99.9 % of 1000 at rank 999 despite 0.999 · 1000 = 999.0000000001
+    ranks = np.clip(np.ceil(ps / 100 * n - 1e-9).astype(int), 1, n) - 1
+    picked = np.partition(values, np.unique(ranks))[ranks]
+    return picked if np.ndim(p) else picked[0]
+
+
+def summarize(values_ns: np.ndarray, deadline_ms: float | None = None) -> dict[str, float]:
+    """count, min, p50 … p99.99, max, mean, SD in ms; with a deadline, the % of samples over it."""
+    values = np.asarray(values_ns, dtype=np.float64)
+    out: dict[str, float] = {"count": len(values)}
+    if len(values) == 0:
+        out.update({c: float("nan") for c in SUMMARY_COLUMNS[1:]})
+    else:
+        ms = values / 1e6
+        out["min_ms"] = float(ms.min())
+        for p, v in zip(PERCENTILES, percentile(ms, list(PERCENTILES)), strict=True):
+            out[f"p{p:g}_ms"] = float(v)
+        out["max_ms"] = float(ms.max())
+        out["mean_ms"] = float(ms.mean())
+        out["sd_ms"] = float(ms.std(ddof=1)) if len(ms) > 1 else 0.0
+    if deadline_ms is not None:
+        out["over_deadline_pct"] = over_deadline_pct(values, deadline_ms)
+    return out
+
+
+def over_deadline_pct(values_ns: np.ndarray, deadline_ms: float) -> float:
+    """Share of samples later than the deadline, in % (the "% failure" of a deadline study)."""
+    values = np.asarray(values_ns)
+    if len(values) == 0:
+        return float("nan")
+    return float(100.0 * np.count_nonzero(values > deadline_ms * 1e6) / len(values))
+
+
+def ecdf_points(values: np.ndarray, body: int = 2_000, tail: int = 1_000) -> tuple:
+    """(x, F) of the ECDF, thinned for plotting: all points for small samples; otherwise
+    evenly in F for the body plus evenly in log(1 − F) for the tail, always with the minimum and
+    the exact maximum. A plot of a million samples stays small and keeps the tail visible."""
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(x)
+    if n == 0:
+        return x, x
+    f = np.arange(1, n + 1) / n
+    if n <= body + tail:
+        return x, f
+    rank_body = np.linspace(0, n - 1, body)
+    rank_tail = n - np.logspace(np.log10(n * 0.01), 0, tail)  # top 1 % down to the last one
+    ranks = np.unique(np.concatenate([rank_body, rank_tail, [0, n - 1]]).round().astype(int))
+    return x[ranks], f[ranks]

@@ -1,0 +1,89 @@
+"""Synthetic run directories in the results layout, with known latencies: for the analysis
+tests and benchmarks (no broker needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+DETECTORS = ("athens", "el_segundo", "wilmington", "long_beach", "carson", "torrance")
+
+
+def write_run(
+    directory: Path,
+    latency_ns: np.ndarray,
+    *,
+    target: str = "bare",
+    sched: str = "none",
+    budget: int | None = None,
+    period: int | None = None,
+    cap: int | None = None,
+    rep: int | None = None,
+    warmup: int = 0,
+    missing: int = 0,
+    send_period_ns: int = 100_000_000 // 6,
+    intended_lag_ns: np.ndarray | None = None,
+    started_at: str = "2026-01-01T00:00:00+00:00",
+) -> Path:
+    """A run whose measured latencies are exactly `latency_ns` (in order), preceded by `warmup`
+    warm-up records of 1 s latency, plus `missing` records that never came back."""
+    latency = np.asarray(latency_ns, dtype=np.int64)
+    n = warmup + len(latency) + missing
+    seq = np.arange(n)
+    intended = 1_000_000_000_000 + seq * send_period_ns
+    lag = np.zeros(n, np.int64)
+    if intended_lag_ns is not None:
+        lag[warmup : warmup + len(latency)] = intended_lag_ns
+    sent = intended + lag
+    lat = np.concatenate([np.full(warmup, 1_000_000_000), latency, np.zeros(missing)])
+    received = (sent + lat).astype(np.float64)
+    copies = np.ones(n, np.int32)
+    if missing:
+        received[-missing:] = np.nan
+        copies[-missing:] = 0
+    samples = pd.DataFrame(
+        {
+            "detector": [DETECTORS[i % 6] for i in range(n)],
+            "seq": seq // 6,
+            "intended_ns": intended,
+            "sent_ns": sent,
+            "delivered": 1,
+            "received_ns": received,
+            "copies": copies,
+            "latency_ns": np.where(copies > 0, lat, np.nan),
+            "latency_from_intended_ns": np.where(copies > 0, received - intended, np.nan),
+            "warmup": seq < warmup,
+            "dead_lettered": False,
+        }
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    samples.to_csv(directory / "samples.csv", index=False, float_format="%.0f")
+    meta = {
+        "run_id": directory.name,
+        "requested": {
+            "target": target,
+            "sched": sched,
+            "budget_us": budget,
+            "period_us": period,
+            "cap": cap,
+            "rep": rep,
+            "records": n,
+        },
+        "started_at": started_at,
+        "sched": {"applied": sched, "readback": {"budget_us": budget, "period_us": period}},
+        "clock": {"tsc": {"hz": 2.6e9, "source": "synthetic", "clocksource": "tsc"}},
+        "counts": {
+            "sent": n,
+            "received": n - missing,
+            "missing": missing,
+            "duplicated": 0,
+            "dead_lettered": 0,
+            "accounted": missing == 0,
+        },
+        "warmup_excluded_s": warmup * send_period_ns / 1e9,
+    }
+    (directory / "meta.json").write_text(json.dumps(meta))
+    return directory

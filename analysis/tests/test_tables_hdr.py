@@ -1,0 +1,140 @@
+import numpy as np
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogReader
+from hvbench_analysis import hdr, tables
+from hvbench_analysis.load import load_runs, run_dirs
+from hvbench_analysis.synthetic import write_run
+
+MS = 1_000_000
+
+
+def with_max(max_ns: int, n: int = 100) -> np.ndarray:
+    values = np.linspace(MS, max_ns * 0.5, n).astype(np.int64)
+    values[n // 2] = max_ns  # the maximum in the middle of the run, as a stall would be
+    return values
+
+
+def test_table_4_layout_budget_and_period(tmp_path):
+    write_run(
+        tmp_path / "a",
+        with_max(30_250_000),
+        target="xen",
+        sched="rtds",
+        budget=50000,
+        period=100000,
+    )
+    write_run(
+        tmp_path / "b",
+        with_max(12_500_000),
+        target="xen",
+        sched="rtds",
+        budget=77500,
+        period=100000,
+    )
+    write_run(
+        tmp_path / "b2",
+        with_max(14_000_001),
+        target="xen",
+        sched="rtds",
+        budget=77500,
+        period=100000,
+    )  # a repetition: the table shows the larger maximum
+    write_run(
+        tmp_path / "c",
+        with_max(9_000_000),
+        target="xen",
+        sched="rtds",
+        budget=150000,
+        period=200000,
+    )
+    write_run(tmp_path / "d", with_max(5_000_000), target="xen", sched="credit", cap=50)
+    measured = load_runs(run_dirs(tmp_path)).measured
+    assert tables.to_markdown(tables.max_table_budget_period(measured)) == (
+        "| Scheduler | Budget (µs) | Period (µs) | Max (ms) |\n"
+        "|---|---:|---:|---:|\n"
+        "| RTDS | 50000 | 100000 | 30.25 |\n"
+        "| RTDS | 77500 | 100000 | 14.00 |\n"
+        "| RTDS | 150000 | 200000 | 9.00 |\n"
+    )
+    table = tables.max_table_budget_period(measured)
+    assert table["Max (ms)"].tolist() == [30.25, 14.000001, 9.0]  # CSV keeps full precision
+
+
+def test_table_5_layout_cap(tmp_path):
+    write_run(tmp_path / "a", with_max(40_000_000), target="xen", sched="credit", cap=25)
+    write_run(tmp_path / "b", with_max(21_000_000), target="xen", sched="credit", cap=50)
+    write_run(tmp_path / "c", with_max(33_000_000), target="xen", sched="credit2", cap=50)
+    write_run(tmp_path / "d", with_max(1_000_000), target="xen", sched="credit")  # no cap
+    measured = load_runs(run_dirs(tmp_path)).measured
+    assert tables.to_markdown(tables.max_table_cap(measured)) == (
+        "| Scheduler | Cap (%) | Max (ms) |\n"
+        "|---|---:|---:|\n"
+        "| Credit | 25 | 40.00 |\n"
+        "| Credit | 50 | 21.00 |\n"
+        "| Credit2 | 50 | 33.00 |\n"
+    )
+
+
+def test_table_6_layout_scheduler_defaults_with_several_targets(tmp_path):
+    write_run(tmp_path / "a", with_max(7_000_000), target="xen", sched="credit2")
+    write_run(tmp_path / "b", with_max(3_500_000), target="kvm", sched="cfs")
+    write_run(tmp_path / "c", with_max(2_000_000), target="bare", sched="none")
+    write_run(tmp_path / "d", with_max(99_000_000), target="xen", sched="credit2", cap=10)
+    measured = load_runs(run_dirs(tmp_path)).measured
+    assert tables.to_markdown(tables.max_table_scheduler(measured)) == (
+        "| Scheduler | Max (ms) |\n"
+        "|---|---:|\n"
+        "| CFS (kvm) | 3.50 |\n"
+        "| Credit2 (xen) | 7.00 |\n"
+        "| default (bare) | 2.00 |\n"
+    )
+
+
+def test_intended_versus_actual_send(tmp_path):
+    lag = np.zeros(100, np.int64)
+    lag[10:20] = 40 * MS  # the producer fell 40 ms behind its schedule for ten records
+    write_run(tmp_path / "a", np.full(100, 2 * MS), intended_lag_ns=lag)
+    table = tables.intended_vs_actual(load_runs(run_dirs(tmp_path)).measured)
+    row = table.iloc[0]
+    assert row["max_ms actual"] == 2.0 and row["max_ms intended"] == 42.0
+    assert row["p50_ms actual"] == row["p50_ms intended"] == 2.0
+
+
+def test_percentile_table_per_run_and_config(tmp_path):
+    write_run(tmp_path / "a", np.arange(1, 101) * MS, rep=1)
+    write_run(tmp_path / "b", np.arange(101, 201) * MS, rep=2)
+    measured = load_runs(run_dirs(tmp_path)).measured
+    per_config = tables.percentile_table(measured, "config", deadline_ms=150)
+    assert per_config.loc[0, "runs"] == 2 and per_config.loc[0, "count"] == 200
+    assert per_config.loc[0, "max_ms"] == 200.0 and per_config.loc[0, "p50_ms"] == 100.0
+    assert per_config.loc[0, "over_deadline_pct"] == 25.0
+    per_run = tables.percentile_table(measured, "run")
+    assert per_run["max_ms"].tolist() == [100.0, 200.0]
+
+
+def test_quantized_recording_equals_recording_every_sample():
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.integers(1, 5000, 2000), rng.lognormal(15, 2, 20_000)])
+    values = values.clip(1, hdr.HIGHEST_NS).astype(np.int64)
+    one_by_one = HdrHistogram(hdr.LOWEST_NS, hdr.HIGHEST_NS, hdr.DIGITS)
+    for v in values.tolist():
+        one_by_one.record_value(v)
+    bulk = hdr.histogram(values)
+    assert bulk.get_total_count() == one_by_one.get_total_count() == len(values)
+    for p in (1, 50, 90, 99, 99.9, 100):
+        assert bulk.get_value_at_percentile(p) == one_by_one.get_value_at_percentile(p)
+    assert bulk.get_max_value() == one_by_one.get_max_value()
+
+
+def test_interval_log_reads_back(tmp_path):
+    time_s = np.arange(0, 35, 0.5)
+    latency = (np.arange(len(time_s)) + 1) * MS
+    path = tmp_path / "run.hlog"
+    assert hdr.write_log(path, time_s, latency, start_epoch_s=1.7e9, interval_s=10) == 4
+    reader = HistogramLogReader(str(path), HdrHistogram(hdr.LOWEST_NS, hdr.HIGHEST_NS, hdr.DIGITS))
+    total, top = 0, 0
+    while (h := reader.get_next_interval_histogram()) is not None:
+        total += h.get_total_count()
+        top = max(top, h.get_max_value())
+    assert total == len(time_s)
+    assert abs(top - latency.max()) <= latency.max() / 1000  # within 3 significant digits

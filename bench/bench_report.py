@@ -1,0 +1,93 @@
+"""Time of `make report` (the whole report: load, tables, figures, HdrHistogram logs, HTML).
+
+1. 10 runs × 20,000 samples (goal ≤ 5 s);
+2. 1 run × 1,000,000 samples (goal ≤ 10 s).
+
+Runs are synthetic, written in the results layout first (not timed). Each figure is the best of
+three, in a fresh process so imports are counted once as they are for `make report`.
+
+    python bench/bench_report.py
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from hvbench_analysis.synthetic import write_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import OUT
+
+CASES = (("10 runs x 20,000", 10, 20_000, 5.0), ("1 run x 1,000,000", 1, 1_000_000, 10.0))
+
+
+def make_runs(folder: Path, runs: int, samples: int) -> None:
+    rng = np.random.default_rng(1)
+    for i in range(runs):
+        sched, extra = (
+            ("rtds", {"budget": 50_000 + 5_000 * i, "period": 100_000})
+            if i % 2
+            else ("credit", {"cap": 10 * (i + 1)})
+        )
+        write_run(
+            folder / f"run-{i:02d}",
+            rng.lognormal(np.log(5e6), 0.5, samples),
+            target="xen",
+            sched=sched,
+            warmup=600,
+            **extra,
+        )
+
+
+def timed_report(results: Path, out: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hvbench_analysis.report",
+            "--results",
+            str(results),
+            "--out",
+            str(out),
+            "--deadline-ms",
+            "20",
+            "--xlim-ms",
+            "50",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    figures = {}
+    print("report")
+    for label, runs, samples, goal in CASES:
+        folder = Path(tempfile.mkdtemp(prefix="hvbench-bench-report-"))
+        try:
+            make_runs(folder / "results", runs, samples)
+            seconds = min(timed_report(folder / "results", folder / "out") for _ in range(3))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        met = seconds <= goal
+        figures[label] = {"seconds": round(seconds, 2), "goal_s": goal, "met": met}
+        print(
+            f"  {label}: {seconds:.2f} s ({seconds / goal:.2f} of the {goal:g} s goal): "
+            f"{'met' if met else 'MISSED'}"
+        )
+    OUT.mkdir(exist_ok=True)
+    (OUT / "report.json").write_text(json.dumps(figures, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
