@@ -119,6 +119,26 @@ def test_meta_records_what_ran(plain_run):
     assert (results / "logs" / "broker.log").exists()
 
 
+def test_the_report_reads_a_real_run(plain_run, tmp_path):
+    """The results contract holds from both sides: the analysis loads what the harness wrote."""
+    from hvbench_analysis import report
+    from hvbench_analysis.load import load_runs
+
+    _, _, results = plain_run
+    runs = load_runs([results])
+    assert not runs.skipped
+    row = runs.runs.iloc[0]
+    meta = json.loads((results / "meta.json").read_text())
+    assert (row["target"], row["sched"], row["hypervisor"]) == ("bare", "none", "none")
+    assert row["sent"] == meta["counts"]["sent"] and row["accounted"] and row["problems"] == ""
+    assert row["clock"] == "tsc" and row["tsc_hz"] == meta["clock"]["tsc"]["hz"]
+    assert len(runs.samples) == meta["counts"]["measured"]
+    assert runs.samples["latency_ns"].max() / 1e6 == meta["latency"]["max_ms"]
+    out = tmp_path / "report"
+    assert report.main(["--results", str(results.parent), "--out", str(out)]) == 0
+    assert "Every record accounted for" in (out / "index.html").read_text()
+
+
 def test_nothing_is_left_running(plain_run):
     _, tmp_path, _ = plain_run
     assert leftover_processes(tmp_path) == []
