@@ -109,9 +109,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 report: $(STAMP)
-	$(PY) -m hvbench_analysis.report --results results --out $(OUT) \
-		$(if $(RUNS),--runs '$(RUNS)') $(if $(REF),--ref '$(REF)') \
-		$(if $(DEADLINE_MS),--deadline-ms $(DEADLINE_MS)) $(if $(XLIM_MS),--xlim-ms $(XLIM_MS))
+	$(PY) -m hvbench_analysis.report --results results --out $(OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))
 
 test: lint kafka flink-connector browser
 	$(PY) -m pytest -q

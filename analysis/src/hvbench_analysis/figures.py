@@ -11,6 +11,7 @@ matplotlib.use("Agg")  # files only, no display
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib import ticker
 
 from hvbench_analysis.stats import ecdf_points, percentile
 
@@ -33,6 +34,13 @@ def axes(height: float = HEIGHT) -> tuple[plt.Figure, plt.Axes]:
     fig, ax = plt.subplots(figsize=(WIDTH, height))
     fig.subplots_adjust(left=0.09, right=0.97, bottom=0.12 * HEIGHT / height, top=0.91)
     return fig, ax
+
+
+def plain_log_axis(axis) -> None:
+    """Log-scale ticks at 1, 2, 5 × 10^k, labelled as plain numbers (0.5, 20, 100 …)."""
+    axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def ecdf(
@@ -98,6 +106,7 @@ def density(curves: list[tuple[str, np.ndarray]], title: str) -> plt.Figure:
         x, d = log_density(np.asarray(values_ns) / 1e6)
         ax.plot(x, d, lw=1.2, label=f"{label} (n={len(values_ns):,})")
     ax.set_xscale("log")
+    plain_log_axis(ax.xaxis)
     ax.set_xlabel("end-to-end latency (ms, log scale)")
     ax.set_ylabel("density per decade")
     ax.set_title(title)
@@ -134,6 +143,7 @@ def over_time(
         if w.any():
             ax.axvspan(t[0], t[w].max(), color="0.85", label="warm-up (excluded)")
         ax.set_yscale("log")
+        plain_log_axis(ax.yaxis)
     ax.set_xlabel("scheduled send time (s from the first record)")
     ax.set_ylabel("latency (ms, log scale)")
     ax.set_title(title)
