@@ -78,7 +78,7 @@ class Page:
         for _, row in table.iterrows():
             cells = []
             for value in row:
-                text = tables._cell(value, digits)
+                text = tables.cell(value, digits)
                 numeric = isinstance(value, int | float | np.integer | np.floating)
                 cells.append(
                     f'<td class="num">{text}</td>' if numeric else f"<td>{html.escape(text)}</td>"

@@ -131,7 +131,7 @@ def to_markdown(table: pd.DataFrame, digits: int = 2) -> str:
     rule = "|" + "|".join("---:" if _numeric(table[c]) else "---" for c in table.columns) + "|"
     lines = [header, rule]
     for _, row in table.iterrows():
-        lines.append("| " + " | ".join(_cell(v, digits) for v in row) + " |")
+        lines.append("| " + " | ".join(cell(v, digits) for v in row) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -139,7 +139,7 @@ def _numeric(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column)
 
 
-def _cell(value, digits: int) -> str:
+def cell(value, digits: int) -> str:
     if value is None or (not isinstance(value, str) and pd.isna(value)):
         return ""
     if isinstance(value, float | np.floating):
