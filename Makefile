@@ -22,6 +22,8 @@ WARMUP    ?= 10
 RAMP      ?= 0
 MALFORMED ?= 0
 RUN_ID    ?=
+# Hold /dev/cpu_dma_latency at this many µs while running (C-states): auto = 0 where permitted.
+CPU_LATENCY ?= auto
 
 # make report: RUNS picks runs (names or globs, comma-separated; default all in results/),
 # REF names a reference configuration (e.g. sched=credit), DEADLINE_MS adds the share of records
@@ -102,7 +104,7 @@ run: $(STAMP) kafka flink-connector
 	$(PY) -m hvbench_load.run --target $(TARGET) --sched $(SCHED) \
 		$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
 		--records $(RECORDS) --period-ms $(SEND_MS) --warmup-s $(WARMUP) --ramp-s $(RAMP) \
-		--malformed $(MALFORMED) \
+		--malformed $(MALFORMED) --cpu-latency $(CPU_LATENCY) \
 		--data $(DATA_DIR) --model $(MODEL_DIR) $(if $(RUN_ID),--run-id $(RUN_ID))
 
 lint: $(STAMP)

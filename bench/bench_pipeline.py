@@ -1,5 +1,8 @@
 """End-to-end latency of the pipeline next to a bare Kafka echo, measured in the same run.
 
+0. The machine's own noise: a thread sleeps 1 ms, 30 s long, at SCHED_FIFO with C-states held
+   at 0 µs, and records how late it wakes, with the hypervisor's steal meanwhile. A tail here
+   is in every measurement below, whatever the pipeline does.
 1. Kafka echo: a producer sends records like the producers' at 60 rec/s to topic `in`, an echo
    process forwards each to `out` at once, and a consumer stamps it: two Kafka hops, no Flink.
 2. The pipeline at 60 rec/s (six producers, 100 ms each) through the real job: p50 next to the
@@ -7,7 +10,8 @@
 3. Rising rates until p99 passes 50 ms: the highest rate that stays under (goal ≥ 1,200 rec/s).
    Each rate is a fresh run that ramps up over 30 s and is measured after a 60 s warm-up: the
    JVMs compile their hot code for about a minute on two cores, and at full rate from a cold
-   start they build a backlog that outlasts any short warm-up.
+   start they build a backlog that outlasts any short warm-up. Steps 1 and 2 exclude their
+   first minute for the same reason.
 
     python bench/bench_pipeline.py --model artifacts/forecaster --data data/pems
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import shutil
 import sys
 import tempfile
@@ -26,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 from confluent_kafka import Consumer, Producer
-from hvbench_load import run
+from hvbench_load import run, tuning
 from hvbench_load.broker import KafkaBroker
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.producers import PRODUCER_CONFIG
@@ -49,6 +54,36 @@ RECORD = json.dumps(
 )
 
 
+def wake_noise(seconds: float, sleep_s: float = 0.001) -> dict:
+    """How late a thread wakes from a short sleep on this machine (a Python cyclictest)."""
+    fifo = True
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+    except PermissionError:
+        fifo = False
+    late = []
+    before = tuning.CpuTimes.now()
+    with tuning.CpuLatency("auto") as held:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            t = time.perf_counter_ns()
+            time.sleep(sleep_s)
+            late.append(time.perf_counter_ns() - t - sleep_s * 1e9)
+        cpu_latency = held.describe()
+    if fifo:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    late_ms = np.array(late) / 1e6
+    return {
+        "wakeups": len(late_ms),
+        "sched_fifo": fifo,
+        "cpu_latency": cpu_latency,
+        "late_p50_ms": float(np.percentile(late_ms, 50)),
+        "late_p99.9_ms": float(np.percentile(late_ms, 99.9)),
+        "late_max_ms": float(late_ms.max()),
+        **tuning.steal_between(before, tuning.CpuTimes.now()),
+    }
+
+
 def echo(bootstrap: str, ready) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "echo", **CONSUMER_CONFIG})
     consumer.subscribe(["in"])
@@ -69,8 +104,8 @@ def echo(bootstrap: str, ready) -> None:
     consumer.close()
 
 
-def kafka_echo(libs: Path, records: int, rate: float) -> np.ndarray:
-    """Round-trip latencies (ms) through in → echo → out."""
+def kafka_echo(libs: Path, records: int, rate: float, warmup: int) -> np.ndarray:
+    """Round-trip latencies (ms) through in → echo → out, after the first `warmup` records."""
     work = Path(tempfile.mkdtemp(prefix="hvbench-echo-"))
     with KafkaBroker(libs, work) as broker:
         broker.create_topics(["in", "out"])
@@ -111,7 +146,7 @@ def kafka_echo(libs: Path, records: int, rate: float) -> np.ndarray:
         forwarder.join(30)
         consumer.close()
     shutil.rmtree(work, ignore_errors=True)
-    return np.array([(r - s) / 1e6 for r, s in received])
+    return np.array([(r - s) / 1e6 for r, s in sorted(received, key=lambda x: x[1])[warmup:]])
 
 
 def pipeline(
@@ -153,7 +188,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="artifacts/forecaster")
     p.add_argument("--data", default="data/pems")
-    p.add_argument("--seconds", type=float, default=60.0, help="length of the 60 rec/s run")
+    p.add_argument("--seconds", type=float, default=60.0, help="measured, at 60 rec/s")
+    p.add_argument("--noise-seconds", type=float, default=30.0, help="of the wake-up probe")
     p.add_argument("--rates", default="300,600,900,1200,1500", help="rec/s, rising")
     p.add_argument("--ramp-seconds", type=float, default=30.0, help="of each rate step")
     p.add_argument("--warmup-seconds", type=float, default=60.0, help="of each rate step")
@@ -161,8 +197,10 @@ def main() -> int:
     args = p.parse_args()
     tsc_timer.calibrate()
 
-    records_60 = int(60 * args.seconds)
-    echo_ms = kafka_echo(REPO / "build/kafka/libs", records_60, 60.0)
+    noise = wake_noise(args.noise_seconds)
+    warmup_60 = int(60 * args.warmup_seconds)
+    records_60 = warmup_60 + int(60 * args.seconds)
+    echo_ms = kafka_echo(REPO / "build/kafka/libs", records_60, 60.0, warmup_60)
     echo = {
         "n": len(echo_ms),
         "p50_ms": float(np.percentile(echo_ms, 50)),
@@ -170,7 +208,7 @@ def main() -> int:
         "p99.9_ms": float(np.percentile(echo_ms, 99.9)),
         "max_ms": float(echo_ms.max()),
     }
-    at_60 = pipeline(args, records_60, 100.0, 10.0, "bench-60")
+    at_60 = pipeline(args, records_60, 100.0, args.warmup_seconds, "bench-60")
     steps = []
     for rate in (float(r) for r in args.rates.split(",")):
         # the ramp sends (1 + 0.1) / 2 of the full rate on average
@@ -196,6 +234,12 @@ def main() -> int:
     lat = at_60["latency"] or {}
     ratio = lat.get("p50_ms", float("nan")) / echo["p50_ms"]
     print("\npipeline")
+    print(
+        f"  this machine's wake-up noise ({noise['wakeups']} sleeps of 1 ms, "
+        f"{'SCHED_FIFO' if noise['sched_fifo'] else 'SCHED_OTHER'}): late p50 "
+        f"{noise['late_p50_ms']:.3f} ms  p99.9 {noise['late_p99.9_ms']:.2f} ms  "
+        f"max {noise['late_max_ms']:.2f} ms; steal {noise['steal_pct']:.2f} % of CPU time"
+    )
     print(
         f"  Kafka echo (2 hops) at 60 rec/s: p50 {echo['p50_ms']:.2f} ms  "
         f"p99 {echo['p99_ms']:.2f} ms  p99.9 {echo['p99.9_ms']:.2f} ms  max {echo['max_ms']:.2f}"
@@ -226,6 +270,7 @@ def main() -> int:
     (OUT / "pipeline.json").write_text(
         json.dumps(
             {
+                "wake_noise": noise,
                 "echo": echo,
                 "pipeline_60": at_60,
                 "steps": steps,

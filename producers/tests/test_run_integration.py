@@ -106,6 +106,15 @@ def test_meta_records_what_ran(plain_run):
     meta = json.loads((results / "meta.json").read_text())
     assert meta["requested"]["sched"] == "none"
     assert meta["sched"]["readback"]["threads"] > 10
+    # root here: the C-state limit is held and the kernel reports it
+    assert meta["cpu_latency"] == {
+        "requested": "auto",
+        "held": True,
+        "not_held_because": None,
+        "readback_us": 0,
+    }
+    steal = meta["steal_while_sending"]
+    assert steal["cpu_s"] > 0 and 0 <= steal["steal_pct"] <= 100
     assert meta["kafka"]["version"] == "4.3.1"
     assert meta["clients"]["producer"]["linger.ms"] == 0
     assert meta["clients"]["producer"]["socket.nagle.disable"] is True
@@ -151,6 +160,7 @@ def test_nothing_is_left_running(plain_run):
         (["--sched", "rtds", "--budget", "1000"], "unknown SCHED 'rtds'"),
         (["--sched", "cfs-quota", "--budget", "120000", "--period", "100000"], "> PERIOD"),
         (["--target", "xen", "--sched", "rtds"], "unknown TARGET 'xen'"),
+        (["--cpu-latency", "low"], "CPU_LATENCY must be auto, off or microseconds"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_starts(

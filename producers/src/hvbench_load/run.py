@@ -29,7 +29,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 
 import tsc_timer
-from hvbench_load import accounting, meta, sched
+from hvbench_load import accounting, meta, sched, tuning
 from hvbench_load.broker import KafkaBroker
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
@@ -74,6 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup-s", type=float, default=10.0, help="excluded from the statistics")
     p.add_argument("--ramp-s", type=float, default=0.0, help="rise to the full rate over this")
     p.add_argument("--malformed", type=int, default=0, help="malformed records to inject")
+    p.add_argument(
+        "--cpu-latency",
+        default="auto",
+        help="hold /dev/cpu_dma_latency at this many µs during the run; auto = 0 where "
+        "permitted; off = leave C-states alone",
+    )
     p.add_argument("--drain-s", type=float, default=20.0, help="wait for late results this long")
     p.add_argument("--data", default="data/pems")
     p.add_argument("--model", default="artifacts/forecaster")
@@ -86,7 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def check_settings(args: argparse.Namespace) -> sched.SchedSetting:
+def check_settings(args: argparse.Namespace) -> tuple[sched.SchedSetting, tuning.CpuLatency]:
     """Refuse bad settings before anything is started or touched."""
     if args.target not in TARGETS:
         raise RunError(
@@ -102,7 +108,9 @@ def check_settings(args: argparse.Namespace) -> sched.SchedSetting:
         if not path.exists():
             raise RunError(f"no {what} at {path} (make train / make data create it)")
     sched.check_permitted(setting, threads=JOB_THREADS)
-    return setting
+    cpu_latency = tuning.CpuLatency(tuning.parse_cpu_latency(args.cpu_latency))
+    cpu_latency.check()
+    return setting, cpu_latency
 
 
 def log(message: str) -> None:
@@ -259,7 +267,7 @@ def teardown(procs: Processes) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    setting = check_settings(args)
+    setting, cpu_latency = check_settings(args)
     run_id = args.run_id or (
         f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{args.target}-{setting.sched}"
         + (f"-b{setting.budget_us}-p{setting.period_us}" if setting.budget_us else "")
@@ -285,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
             "warmup_s": args.warmup_s,
             "ramp_s": args.ramp_s,
             "malformed": args.malformed,
+            "cpu_latency": args.cpu_latency,
         },
         "started_at": started_at.isoformat(),
     }
@@ -304,6 +313,13 @@ def run(args: argparse.Namespace) -> int:
         (work / "calibration.json").write_text(json.dumps(calibration.as_dict()))
         c = calibration
         log(f"TSC {c.hz / 1e6:.3f} MHz ({c.source}, ±{c.error_ppm:.2f} ppm)")
+        cpu_latency.open()
+        meta_doc["cpu_latency"] = cpu_latency.describe()
+        log(
+            f"CPU latency limit held at {meta_doc['cpu_latency']['readback_us']} µs"
+            if cpu_latency.fd is not None
+            else f"CPU latency limit not held ({cpu_latency.not_held})"
+        )
 
         procs.broker = KafkaBroker(args.kafka_libs, work / "kafka")
         procs.broker.start()
@@ -377,6 +393,7 @@ def run(args: argparse.Namespace) -> int:
         expected_s = last / 1e9 + args.period_ms / 1000
         log(f"producers started: about {expected_s:.0f} s of sending")
         started = time.monotonic()
+        cpu_at_start = tuning.CpuTimes.now()
         drain_deadline = None
         while procs.consumer.poll() is None:
             line = next_line(lines, 0.2)
@@ -384,6 +401,9 @@ def run(args: argparse.Namespace) -> int:
                 relay_line(line, expect, started)
             if procs.producers.poll() is not None and drain_deadline is None:
                 drain_deadline = time.monotonic() + args.drain_s
+                meta_doc["steal_while_sending"] = tuning.steal_between(
+                    cpu_at_start, tuning.CpuTimes.now()
+                )
             if procs.job.poll() is not None:
                 raise RunError(f"the Flink job died during the run:\n{tail(work / 'job.out')}")
             if drain_deadline is not None and time.monotonic() > drain_deadline:
@@ -403,6 +423,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         broker_description = procs.broker.describe() if procs.broker else None
         teardown(procs)
+        cpu_latency.close()
         log("torn down: " + (", ".join(procs.stopped) or "nothing was left running") + ", Kafka")
     if interrupted:
         return 130
@@ -453,7 +474,7 @@ def run(args: argparse.Namespace) -> int:
     )
     (results / "meta.json").write_text(json.dumps(meta_doc, indent=2, default=str) + "\n")
     shutil.rmtree(work, ignore_errors=True)
-    print_summary(results, counts, latency)
+    print_summary(results, counts, latency, meta_doc.get("steal_while_sending"))
     return 0 if counts.accounted else 2
 
 
@@ -488,7 +509,9 @@ def relay_line(line: str, expect: int, started: float) -> None:
         log(f"  {line[10:]}")
 
 
-def print_summary(results: Path, counts: accounting.Counts, latency: dict) -> None:
+def print_summary(
+    results: Path, counts: accounting.Counts, latency: dict, steal: dict | None = None
+) -> None:
     print(f"\nresults: {results}/")
     print(
         f"  sent {counts.sent}  received {counts.received}  missing {counts.missing}  "
@@ -501,6 +524,8 @@ def print_summary(results: Path, counts: accounting.Counts, latency: dict) -> No
             f"p50 {latency['p50_ms']:.2f} ms  p99 {latency['p99_ms']:.2f} ms  "
             f"p99.9 {latency['p99.9_ms']:.2f} ms  max {latency['max_ms']:.2f} ms"
         )
+    if steal and steal["steal_s"] > 0:
+        print(f"  the hypervisor took {steal['steal_pct']:.2f} % of CPU time while sending (steal)")
     if counts.accounted:
         print("  every record accounted for")
     else:
@@ -511,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return run(args)
-    except (RunError, ValueError, sched.SchedUnavailable) as e:
+    except (RunError, ValueError, sched.SchedUnavailable, tuning.TuningError) as e:
         print(f"make run: {e}", file=sys.stderr)
         return 1
 
