@@ -34,6 +34,11 @@ REF         ?=
 DEADLINE_MS ?=
 XLIM_MS     ?=
 
+# make provision / make teardown: HOST names a one-off host (user@host or host; root or sudo),
+# else the hosts of INVENTORY are used. TARGET picks the hypervisor group.
+HOST      ?=
+INVENTORY ?= inventory/sample
+
 KAFKA_LIBS := build/kafka/libs
 FLINK_LIB  := build/flink/lib
 
@@ -41,7 +46,8 @@ FLINK_LIB  := build/flink/lib
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
-.PHONY: help venv java browser kafka flink-connector data train run report test lint bench clean
+.PHONY: help venv java browser kafka flink-connector data train run report test lint bench clean \
+	provision teardown controller-tools testbed-tools one-off-inventory
 
 help:
 	@echo "make run     the experiment on this machine: TARGET=bare SCHED=none|deadline|cfs-quota"
@@ -49,6 +55,8 @@ help:
 	@echo "             WARMUP=10 (s) RAMP=0 (s, within WARMUP) MALFORMED=0 RUN_ID=..."
 	@echo "make report  figures and tables of the runs in results/ into $(OUT)/index.html:"
 	@echo "             RUNS='a,rtds-*' REF=sched=credit DEADLINE_MS=50 XLIM_MS=100"
+	@echo "make provision HOST=host TARGET=kvm   a bare Debian/Ubuntu host becomes a KVM testbed"
+	@echo "             (or the hosts in INVENTORY=inventory/sample); make teardown removes the guests"
 	@echo "make data    generate a month of PeMS-layout traffic data into $(DATA_DIR)"
 	@echo "make train   train the LSTM and the baselines, export for serving, into $(MODEL_DIR)"
 	@echo "make test    lint and run every test"
@@ -109,11 +117,45 @@ run: $(STAMP) kafka flink-connector
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-lint --offline -q --profile production playbooks/ roles/ inventory/
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook --syntax-check playbooks/*.yml
+
+# The controller builds guest images with mmdebstrap (from the distribution's mirror) and keeps
+# the testbed's SSH key, which the guests trust, in build/ssh/.
+controller-tools:
+	@command -v mmdebstrap >/dev/null && command -v qemu-img >/dev/null && command -v mke2fs >/dev/null \
+		|| { apt-get update -q && apt-get install -y -q mmdebstrap qemu-utils e2fsprogs; }
+	@test -f build/ssh/id_ed25519 || { mkdir -p build/ssh && ssh-keygen -q -t ed25519 -N '' -C hvbench -f build/ssh/id_ed25519; }
+
+# With HOST, a one-host inventory in build/inventory/ uses INVENTORY's group_vars.
+ANSIBLE_INVENTORY_ARG = $(if $(HOST),-i build/inventory/hosts.yml,-i $(INVENTORY)/hosts.yml)
+one-off-inventory:
+ifneq ($(HOST),)
+	@mkdir -p build/inventory && ln -sfn $(CURDIR)/$(INVENTORY)/group_vars build/inventory/group_vars
+	@printf 'all:\n  children:\n    $(TARGET)_hosts:\n      hosts:\n        %s:\n          ansible_host: %s\n%s' \
+		'$(lastword $(subst @, ,$(HOST)))' '$(lastword $(subst @, ,$(HOST)))' \
+		'$(if $(findstring @,$(HOST)),          ansible_user: $(firstword $(subst @, ,$(HOST)))\n)' \
+		> build/inventory/hosts.yml
+endif
+
+provision: $(STAMP) controller-tools one-off-inventory
+	@case "$(TARGET)" in kvm) ;; *) echo "make provision: TARGET=kvm (xen comes next); got TARGET=$(TARGET)" >&2; exit 1;; esac
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/provision.yml
+
+teardown: $(STAMP) one-off-inventory
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/teardown.yml
 
 report: $(STAMP)
 	$(PY) -m hvbench_analysis.report --results results --out $(OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))
 
-test: lint kafka flink-connector browser
+# The provisioning tests boot a QEMU guest as the bare-metal host (TCG) and build images with
+# mmdebstrap from the distribution's mirror.
+testbed-tools:
+	@command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null \
+		&& command -v qemu-img >/dev/null && command -v ssh >/dev/null \
+		|| { apt-get update -q && apt-get install -y -q qemu-system-x86 qemu-utils mmdebstrap e2fsprogs openssh-client; }
+
+test: lint kafka flink-connector browser testbed-tools
 	$(PY) -m pytest -q
 
 bench: $(STAMP) kafka flink-connector
