@@ -53,6 +53,7 @@ help:
 	@echo "make run     the experiment on this machine: TARGET=bare SCHED=none|deadline|cfs-quota"
 	@echo "             [BUDGET=us PERIOD=us] RECORDS=20000 SEND_MS=100 (per producer)"
 	@echo "             WARMUP=10 (s) RAMP=0 (s, within WARMUP) MALFORMED=0 RUN_ID=..."
+	@echo "             CPU_LATENCY=auto|off|us (C-states held during the run; auto = 0 us as root)"
 	@echo "make report  figures and tables of the runs in results/ into $(OUT)/index.html:"
 	@echo "             RUNS='a,rtds-*' REF=sched=credit DEADLINE_MS=50 XLIM_MS=100"
 	@echo "make provision HOST=host TARGET=kvm   a bare Debian/Ubuntu host becomes a KVM testbed"
