@@ -38,6 +38,10 @@ XLIM_MS     ?=
 # else the hosts of INVENTORY are used. TARGET picks the hypervisor group.
 HOST      ?=
 INVENTORY ?= inventory/sample
+# make vcpu-sched: ACTION=apply|read|reset for the real-time VM's vCPUs (SCHED=none|cfs|deadline|
+# fifo with BUDGET/PERIOD, or PRIORITY for fifo); the readback goes to build/vcpu-sched.json.
+ACTION    ?= apply
+PRIORITY  ?=
 
 KAFKA_LIBS := build/kafka/libs
 FLINK_LIB  := build/flink/lib
@@ -47,7 +51,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
 .PHONY: help venv java browser kafka flink-connector data train run report test lint bench clean \
-	provision teardown controller-tools testbed-tools one-off-inventory
+	provision teardown vcpu-sched controller-tools testbed-tools one-off-inventory
 
 help:
 	@echo "make run     the experiment on this machine: TARGET=bare SCHED=none|deadline|cfs-quota"
@@ -58,6 +62,8 @@ help:
 	@echo "             RUNS='a,rtds-*' REF=sched=credit DEADLINE_MS=50 XLIM_MS=100"
 	@echo "make provision HOST=host TARGET=kvm   a bare Debian/Ubuntu host becomes a KVM testbed"
 	@echo "             (or the hosts in INVENTORY=inventory/sample); make teardown removes the guests"
+	@echo "make vcpu-sched HOST=host SCHED=none|cfs|deadline|fifo [BUDGET=us PERIOD=us PRIORITY=n]"
+	@echo "             ACTION=apply|read|reset: the real-time VM's vCPUs, read back to build/"
 	@echo "make data    generate a month of PeMS-layout traffic data into $(DATA_DIR)"
 	@echo "make train   train the LSTM and the baselines, export for serving, into $(MODEL_DIR)"
 	@echo "make test    lint and run every test"
@@ -145,6 +151,16 @@ provision: $(STAMP) controller-tools one-off-inventory
 
 teardown: $(STAMP) one-off-inventory
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/teardown.yml
+
+# Checked here first, so that a bad setting never reaches a host.
+vcpu-sched: $(STAMP) one-off-inventory
+	$(PY) -m hvbench_load.vcpu_sched validate --domain - --sched $(SCHED) \
+		$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
+		$(if $(PRIORITY),--priority $(PRIORITY))
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/vcpu-sched.yml \
+		-e vcpu_sched_action=$(ACTION) -e vcpu_sched=$(SCHED) -e vcpu_sched_budget=$(BUDGET) \
+		-e vcpu_sched_period=$(PERIOD) -e vcpu_sched_priority=$(PRIORITY) \
+		-e vcpu_sched_readback_file=$(CURDIR)/build/vcpu-sched.json
 
 report: $(STAMP)
 	$(PY) -m hvbench_analysis.report --results results --out $(OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))

@@ -11,6 +11,7 @@ many minutes, and the role's apt task is the same task either way (it then repor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -120,7 +121,7 @@ def free_port() -> int:
 class HostVM:
     """Boots the image under TCG with SSH forwarded to 127.0.0.1:<port>."""
 
-    def __init__(self, image: Path, work: Path, cpus: int = 2, memory_mb: int = 6144) -> None:
+    def __init__(self, image: Path, work: Path, cpus: int = 3, memory_mb: int = 6144) -> None:
         self.image, self.work = image, work
         self.cpus, self.memory_mb = cpus, memory_mb
         self.port = free_port()
@@ -130,6 +131,10 @@ class HostVM:
     @property
     def console(self) -> Path:
         return self.work / "console.log"
+
+    @property
+    def monitor(self) -> Path:
+        return self.work / "monitor.sock"
 
     def start(self, timeout: float = 300) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -167,7 +172,7 @@ class HostVM:
                 # npt=0: with nested paging, the first nested guest panicked this host's
                 # kernel (stack guard page hit in the vCPU thread) under TCG's emulated SVM
                 "-append",
-                "root=/dev/vda rw console=ttyS0 net.ifnames=1 kvm_amd.npt=0",
+                "root=/dev/vda rw console=ttyS0 net.ifnames=1 kvm_amd.npt=0 sysrq_always_enabled=1",
                 "-drive",
                 f"file={overlay},if=virtio,format=qcow2",
                 "-netdev",
@@ -178,20 +183,32 @@ class HostVM:
                 "none",
                 "-serial",
                 f"file:{self.console}",
+                # the human monitor, for sysrq dumps when the host stops answering
                 "-monitor",
-                "none",
+                f"unix:{self.monitor},server=on,wait=off",
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=open(self.work / "qemu.err", "wb"),  # noqa: SIM115
             start_new_session=True,
         )
+        try:
+            self._wait_for_ssh(timeout)
+        except BaseException:
+            self.kill()  # never leave a QEMU behind
+            raise
+
+    def _wait_for_ssh(self, timeout: float) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise HostVMError("QEMU exited: " + (self.work / "qemu.err").read_text())
-            if self.ssh("true", check=False, timeout=20).returncode == 0:
-                return
+            try:
+                if self.ssh("true", check=False, timeout=20).returncode == 0:
+                    return
+            except subprocess.TimeoutExpired:
+                pass  # QEMU accepts the forwarded port before sshd answers
             time.sleep(3)
         raise HostVMError(f"no SSH within {timeout:.0f} s; console in {self.console}")
 
@@ -214,8 +231,13 @@ class HostVM:
             "UserKnownHostsFile=/dev/null",
             "-o",
             "LogLevel=ERROR",
+            # Generous: while nested guests boot, TCG keeps this host's CPUs very busy.
             "-o",
-            "ConnectTimeout=10",
+            "ConnectTimeout=60",
+            "-o",
+            "ServerAliveInterval=15",
+            "-o",
+            "ServerAliveCountMax=8",
             "-o",
             "BatchMode=yes",
         ]
@@ -241,14 +263,44 @@ class HostVM:
         )
         return path
 
+    def console_tail(self, lines: int = 60) -> str:
+        """The end of the serial console, for failure messages. When SSH does not answer, the
+        kernel is first asked (sysrq) for every CPU's backtrace and the blocked tasks."""
+        try:
+            if self.ssh("true", check=False, timeout=30).returncode != 0:
+                self.sysrq("l")
+                self.sysrq("w")
+                time.sleep(5)
+                lines = 300
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            text = self.console.read_text(errors="replace")
+        except OSError:
+            return "(no console log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def sysrq(self, key: str) -> None:
+        """Press Alt+SysRq+key on the host's keyboard (through QEMU's monitor)."""
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)
+            s.connect(str(self.monitor))
+            s.sendall(f"sendkey alt-sysrq-{key}\n".encode())
+            time.sleep(0.5)
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, 9)
+            self.process.wait()
+
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
-            self.ssh("systemctl poweroff", check=False, timeout=20)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.ssh("systemctl poweroff", check=False, timeout=20)
             try:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, 9)
-                self.process.wait()
+                self.kill()
 
     def __enter__(self) -> HostVM:
         self.start()

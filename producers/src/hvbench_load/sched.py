@@ -107,6 +107,7 @@ class ThreadReadback:
     deadline_ns: int
     period_ns: int
     nice: int
+    priority: int  # SCHED_FIFO/RR priority, 0 for the other policies
     reset_on_fork: bool
 
 
@@ -151,6 +152,17 @@ def validate(sched: str, budget_us: int | None, period_us: int | None) -> SchedS
             )
         return SchedSetting("none", None, None)
 
+    kind = "deadline" if sched == "deadline" else "cfs"
+    budget, period = check_budget_period(sched, kind, budget_us, period_us)
+    return SchedSetting(sched, budget, period)
+
+
+def check_budget_period(
+    sched: str, kind: str, budget_us: int | None, period_us: int | None
+) -> tuple[int, int]:
+    """BUDGET and PERIOD (PERIOD defaults to 100 ms) checked against the kernel's limits for
+    kind "deadline" (SCHED_DEADLINE) or "cfs" (CFS bandwidth); ValueError naming SCHED=sched
+    otherwise. Shared by every target that applies one of these two mechanisms."""
     if budget_us is None:
         raise ValueError(f"SCHED={sched} needs BUDGET (microseconds of CPU time per PERIOD)")
     budget = _check_us("BUDGET", budget_us, sched)
@@ -161,31 +173,31 @@ def validate(sched: str, budget_us: int | None, period_us: int | None) -> SchedS
             "(the budget must fit in one period)"
         )
 
-    if sched == "deadline":
+    if kind == "deadline":
         if budget < DL_MIN_BUDGET_US:
             raise ValueError(
-                f"SCHED=deadline: BUDGET {budget} us is below the kernel minimum of "
+                f"SCHED={sched}: BUDGET {budget} us is below the kernel minimum of "
                 f"{DL_MIN_BUDGET_US} us (runtime must be >= {DL_MIN_RUNTIME_NS} ns)"
             )
         pmin = _read_int(DL_PERIOD_MIN_SYSCTL, DL_PERIOD_MIN_DEFAULT_US)
         pmax = _read_int(DL_PERIOD_MAX_SYSCTL, DL_PERIOD_MAX_DEFAULT_US)
         if not pmin <= period <= pmax:
             raise ValueError(
-                f"SCHED=deadline: PERIOD {period} us outside the kernel range {pmin}..{pmax} us "
+                f"SCHED={sched}: PERIOD {period} us outside the kernel range {pmin}..{pmax} us "
                 "(kernel.sched_deadline_period_min_us/max_us)"
             )
-    else:  # cfs-quota
+    else:  # cfs
         if not CFS_PERIOD_MIN_US <= period <= CFS_PERIOD_MAX_US:
             raise ValueError(
-                f"SCHED=cfs-quota: PERIOD {period} us outside the kernel range "
+                f"SCHED={sched}: PERIOD {period} us outside the kernel range "
                 f"{CFS_PERIOD_MIN_US}..{CFS_PERIOD_MAX_US} us (cpu.cfs_period_us, cpu.max)"
             )
         if budget < CFS_QUOTA_MIN_US:
             raise ValueError(
-                f"SCHED=cfs-quota: BUDGET {budget} us is below the kernel minimum of "
+                f"SCHED={sched}: BUDGET {budget} us is below the kernel minimum of "
                 f"{CFS_QUOTA_MIN_US} us (cpu.cfs_quota_us, cpu.max)"
             )
-    return SchedSetting(sched, budget, period)
+    return budget, period
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,6 +273,7 @@ def _readback(tid: int) -> ThreadReadback:
         deadline_ns=attr.sched_deadline,
         period_ns=attr.sched_period,
         nice=attr.sched_nice,
+        priority=attr.sched_priority,
         reset_on_fork=bool(attr.sched_flags & SCHED_FLAG_RESET_ON_FORK),
     )
 

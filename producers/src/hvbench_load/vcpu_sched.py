@@ -1,0 +1,451 @@
+"""Scheduler settings for the real-time VM's vCPUs on a KVM host (target kvm).
+
+SCHED=none|cfs|deadline|fifo, BUDGET and PERIOD in microseconds as on the other targets:
+
+- none: what libvirt set up (vCPUs pinned one to one, SCHED_OTHER, no CPU quota).
+- cfs: CFS bandwidth per vCPU, BUDGET per PERIOD, through libvirt (cputune vcpu_quota and
+  vcpu_period, applied live); read back from libvirt and from each vCPU's cgroup cpu.max.
+- deadline: SCHED_DEADLINE runtime=BUDGET, deadline=period=PERIOD on every vCPU thread (thread
+  ids from QMP query-cpus-fast). The kernel admits a deadline thread only if its CPU affinity
+  covers its whole root domain, so plain pinning gives EPERM. The VM's CPUs therefore first
+  become an exclusive cpuset partition (cgroup v2 cpuset.cpus.partition=root on the machine
+  slice, with all guests' CPUs, and on the VM's scope, with its own), and each vCPU may run on
+  any CPU of it: global EDF over the VM's CPUs, as RTDS schedules a cpupool. Admission control
+  is per partition: BUDGET/PERIOD × vCPUs must fit in sched_rt_runtime_us/sched_rt_period_us ×
+  the VM's CPUs.
+- fifo: SCHED_FIFO with PRIORITY on every vCPU thread; pinning is kept.
+
+`validate` only checks the numbers (`make vcpu-sched` calls it before touching a host). On the
+host, as root: `check` asks whether the setting can be applied and changes nothing, `apply`
+applies it and prints what the kernel and libvirt report back, `read` prints that readback,
+`reset` undoes whatever `apply` changed. What `apply` changed is kept in STATE_FILE, so a reset
+restores what was there, also after a failed apply. One exception: the kernel refuses to empty
+the cpuset.cpus of a cgroup with tasks below it, so an empty value ("all of the parent's CPUs")
+comes back written out as the parent's CPUs, which grants the same. While deadline is applied
+the host's own tasks keep only the CPUs no guest is pinned to.
+
+    python3 -m hvbench_load.vcpu_sched apply --domain hvbench-realtime --sched cfs --budget 77500
+
+Needs python3-libvirt (Debian's package) on the host; the rest is the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import sched
+
+VALID_SCHEDS = ("none", "cfs", "deadline", "fifo")
+FIFO_PRIORITY_RANGE = (1, 99)
+STATE_FILE = Path("/var/lib/hvbench/vcpu-sched.json")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+LIBVIRT_URI = "qemu:///system"
+# libvirt's "no limit" for vcpu_quota; the kernel's default CFS period
+NO_QUOTA = -1
+DEFAULT_CFS_PERIOD_US = 100_000
+
+
+class Refused(RuntimeError):
+    """The host cannot apply the setting; nothing was left changed."""
+
+
+@dataclass(frozen=True)
+class KvmSetting:
+    sched: str
+    budget_us: int | None = None
+    period_us: int | None = None
+    priority: int | None = None
+
+
+def validate(
+    sched_name: str,
+    budget_us: int | None = None,
+    period_us: int | None = None,
+    priority: int | None = None,
+) -> KvmSetting:
+    """Check SCHED/BUDGET/PERIOD/PRIORITY for target kvm; ValueError otherwise. Pure."""
+    if sched_name not in VALID_SCHEDS:
+        raise ValueError(
+            f"unknown SCHED {sched_name!r} for target kvm; valid: {', '.join(VALID_SCHEDS)}"
+        )
+    if sched_name in ("none", "fifo") and (budget_us is not None or period_us is not None):
+        raise ValueError(
+            f"BUDGET and PERIOD have no meaning for SCHED={sched_name} "
+            f"(got BUDGET={budget_us}, PERIOD={period_us}); unset them"
+        )
+    if sched_name != "fifo" and priority is not None:
+        raise ValueError(f"PRIORITY has no meaning for SCHED={sched_name}; unset it")
+    if sched_name == "none":
+        return KvmSetting("none")
+    if sched_name == "fifo":
+        low, high = FIFO_PRIORITY_RANGE
+        if priority is None:
+            raise ValueError(f"SCHED=fifo needs PRIORITY ({low}..{high})")
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"SCHED=fifo: PRIORITY must be an integer, got {priority!r}")
+        if not low <= priority <= high:
+            raise ValueError(f"SCHED=fifo: PRIORITY {priority} outside {low}..{high}")
+        return KvmSetting("fifo", priority=priority)
+    kind = "deadline" if sched_name == "deadline" else "cfs"
+    budget, period = sched.check_budget_period(sched_name, kind, budget_us, period_us)
+    return KvmSetting(sched_name, budget, period)
+
+
+# ---------------------------------------------------------------------------------------------
+# the domain: libvirt, QMP and the cgroups libvirt made for it
+
+
+def _libvirt():
+    try:
+        import libvirt
+        import libvirt_qemu
+    except ImportError as e:
+        raise Refused("libvirt-python is missing on this host (Debian: python3-libvirt)") from e
+    return libvirt, libvirt_qemu
+
+
+def open_domain(name: str):
+    libvirt, _ = _libvirt()
+    try:
+        conn = libvirt.open(LIBVIRT_URI)
+        dom = conn.lookupByName(name)
+    except libvirt.libvirtError as e:
+        raise Refused(f"domain {name}: {e}") from e
+    if not dom.isActive():
+        raise Refused(f"domain {name} is not running")
+    return dom
+
+
+def vcpu_threads(dom) -> list[tuple[int, int]]:
+    """(vCPU index, host thread id) of each vCPU, from QMP query-cpus-fast."""
+    _, libvirt_qemu = _libvirt()
+    reply = json.loads(libvirt_qemu.qemuMonitorCommand(dom, '{"execute":"query-cpus-fast"}', 0))
+    return sorted((cpu["cpu-index"], cpu["thread-id"]) for cpu in reply["return"])
+
+
+def vcpu_pins(dom) -> list[list[int]]:
+    """Host CPUs each vCPU may run on, as libvirt holds them (live)."""
+    return [[cpu for cpu, ok in enumerate(mask) if ok] for mask in dom.vcpuPinInfo(1)]
+
+
+def _cgroup_v2_path(tid: int) -> Path:
+    for line in Path(f"/proc/{tid}/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return CGROUP_ROOT / line[3:].lstrip("/")
+    raise Refused(f"thread {tid} is in no cgroup v2 hierarchy (the host needs cgroup v2)")
+
+
+def domain_cgroups(tids: list[int]) -> tuple[Path, Path]:
+    """(top-level slice, the VM's scope) of the vCPU threads, e.g. machine.slice and
+    machine.slice/machine-qemu\\x2d1\\x2dhvbench\\x2drealtime.scope."""
+    paths = [_cgroup_v2_path(tid).relative_to(CGROUP_ROOT) for tid in tids]
+    parts = paths[0].parts
+    if len(parts) < 3 or any(p.parts[:2] != parts[:2] for p in paths):
+        raise Refused(f"unexpected cgroup layout for the vCPU threads: {paths}")
+    return CGROUP_ROOT / parts[0], CGROUP_ROOT / parts[0] / parts[1]
+
+
+def _cpulist(cpus: list[int] | set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _set_cpus(cgroup: Path, cpus: str) -> None:
+    # Written directly: neither a systemd daemon-reload nor a libvirtd restart rewrites it
+    # (checked on Debian 12). systemctl set-property AllowedCPUs= would, but it cannot give
+    # back an empty value either.
+    sched._write(cgroup / "cpuset.cpus", cpus)
+
+
+def _set_partition(cgroup: Path, value: str) -> None:
+    sched._write(cgroup / "cpuset.cpus.partition", value)
+    state = _read(cgroup / "cpuset.cpus.partition")
+    if state != value:
+        raise Refused(f"{cgroup}: cpuset.cpus.partition is {state!r} after writing {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# readback
+
+
+def readback(dom) -> dict:
+    """What the kernel and libvirt say the domain's vCPUs run with now."""
+    libvirt, _ = _libvirt()
+    threads = vcpu_threads(dom)
+    pins = vcpu_pins(dom)
+    vcpus = []
+    for index, tid in threads:
+        rb = sched.readback_threads([tid])
+        cgroup = _cgroup_v2_path(tid)
+        vcpus.append(
+            {
+                "vcpu": index,
+                "tid": tid,
+                "pinned_to": pins[index],
+                "affinity": sorted(os.sched_getaffinity(tid)),
+                "thread": asdict(rb[0]) if rb else None,
+                "cgroup": str(cgroup.relative_to(CGROUP_ROOT)),
+                "cpu_max": _read(cgroup / "cpu.max"),
+            }
+        )
+    params = dom.schedulerParametersFlags(libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    top, scope = domain_cgroups([tid for _, tid in threads])
+    return {
+        "domain": dom.name(),
+        "vcpus": vcpus,
+        "libvirt": {k: params.get(k) for k in ("cpu_shares", "vcpu_period", "vcpu_quota")},
+        "cpusets": {
+            str(cg.relative_to(CGROUP_ROOT)): {
+                "cpus": _read(cg / "cpuset.cpus"),
+                "effective": _read(cg / "cpuset.cpus.effective"),
+                "partition": _read(cg / "cpuset.cpus.partition"),
+            }
+            for cg in (top, scope)
+        },
+        "host": {
+            "cpus_left_to_the_host": _read(CGROUP_ROOT / "cpuset.cpus.effective"),
+            "sched_rt_runtime_us": sched._read_int(sched.RT_RUNTIME_SYSCTL, -2),
+            "sched_rt_period_us": sched._read_int(sched.RT_PERIOD_SYSCTL, -2),
+            "kernel": os.uname().release,
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# check, apply, reset
+
+
+def _guest_cpus(dom) -> set[int]:
+    """Every host CPU some running domain's vCPU is pinned to."""
+    cpus: set[int] = set()
+    for other in dom.connect().listAllDomains(1):  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
+        for pin in vcpu_pins(other):
+            cpus.update(pin)
+    return cpus
+
+
+def _admission(setting: KvmSetting, vcpus: int, partition_cpus: int) -> None:
+    """The kernel's deadline admission test for the VM's own root domain (the partition)."""
+    assert setting.budget_us is not None and setting.period_us is not None
+    rt_runtime = sched._read_int(sched.RT_RUNTIME_SYSCTL, 950_000)
+    rt_period = sched._read_int(sched.RT_PERIOD_SYSCTL, 1_000_000)
+    if rt_runtime < 0:
+        return  # sched_rt_runtime_us = -1: no admission control
+    unit = 1 << 20
+    limit = sched._to_ratio(rt_period * 1000, rt_runtime * 1000) * partition_cpus
+    fair = sched._fair_server_bw(partition_cpus)
+    wanted = vcpus * sched._to_ratio(setting.period_us * 1000, setting.budget_us * 1000)
+    if fair + wanted > limit:
+        raise Refused(
+            f"admission control would refuse SCHED=deadline: {vcpus} vCPU(s) × "
+            f"{setting.budget_us}/{setting.period_us} us = {wanted / unit:.3f} CPUs wanted, "
+            f"{fair / unit:.3f} reserved by the kernel's fair servers; limit "
+            f"sched_rt_runtime_us/sched_rt_period_us {rt_runtime}/{rt_period} × "
+            f"{partition_cpus} CPU(s) of the VM = {limit / unit:.3f}"
+        )
+
+
+def check(dom, setting: KvmSetting) -> None:
+    """Refused unless this host can apply `setting` to dom. Changes nothing."""
+    if os.geteuid() != 0:
+        raise Refused("vCPU scheduler settings need root on the host")
+    if STATE_FILE.exists():
+        state = json.loads(STATE_FILE.read_text())
+        if state.get("domain") != dom.name():
+            raise Refused(
+                f"{state.get('domain')} still has SCHED={state.get('sched')} applied; "
+                "reset it first"
+            )
+    if setting.sched in ("none", "fifo", "cfs"):
+        return
+    threads = vcpu_threads(dom)
+    top, _scope = domain_cgroups([tid for _, tid in threads])
+    if "cpuset" not in _read(top / "cgroup.controllers").split():
+        raise Refused(f"SCHED=deadline needs the cgroup v2 cpuset controller in {top}")
+    own = set().union(*vcpu_pins(dom))
+    guests = _guest_cpus(dom)
+    host_cpus = set(range(os.cpu_count() or 1))
+    if not host_cpus - guests:
+        raise Refused(
+            f"SCHED=deadline makes the guests' CPUs ({_cpulist(guests)}) an exclusive partition, "
+            "so the host needs at least one CPU no guest is pinned to"
+        )
+    _admission(setting, len(threads), len(own))
+
+
+def _save_state(state: dict) -> None:
+    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
+    STATE_FILE.write_text(json.dumps(state, indent=1))
+
+
+def apply(dom, setting: KvmSetting) -> dict:
+    """Apply `setting` to dom's vCPUs (after undoing an earlier apply); returns the readback.
+    On a refusal everything changed so far is undone first."""
+    libvirt, _ = _libvirt()
+    check(dom, setting)  # before the reset, so that a refusal leaves everything as it was
+    reset()
+    threads = vcpu_threads(dom)
+    state: dict = {"domain": dom.name(), "sched": setting.sched, "changed": []}
+    try:
+        if setting.sched == "cfs":
+            before = dom.schedulerParametersFlags(libvirt.VIR_DOMAIN_AFFECT_LIVE)
+            state["libvirt_before"] = {k: before[k] for k in ("vcpu_period", "vcpu_quota")}
+            _save_state(state)
+            dom.setSchedulerParametersFlags(
+                {"vcpu_period": setting.period_us, "vcpu_quota": setting.budget_us},
+                libvirt.VIR_DOMAIN_AFFECT_LIVE,
+            )
+        elif setting.sched == "fifo":
+            for _, tid in threads:
+                nice = sched._getattr(tid).sched_nice
+                state["changed"].append({"tid": tid, "tgid": _tgid(tid), "nice": nice})
+                _save_state(state)
+                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(setting.priority))
+        elif setting.sched == "deadline":
+            _apply_deadline(dom, setting, threads, state)
+    except (OSError, libvirt.libvirtError, Refused) as e:
+        reset()
+        if isinstance(e, Refused):
+            raise
+        raise Refused(f"SCHED={setting.sched} could not be applied to {dom.name()}: {e}") from e
+    return readback(dom)
+
+
+def _apply_deadline(dom, setting: KvmSetting, threads: list[tuple[int, int]], state: dict) -> None:
+    top, scope = domain_cgroups([tid for _, tid in threads])
+    own = sorted(set().union(*vcpu_pins(dom)))
+    guests = sorted(_guest_cpus(dom))
+    state["pins_before"] = vcpu_pins(dom)
+    state["cgroups"] = {"top": str(top), "scope": str(scope)}
+    _save_state(state)
+    # every vCPU may run on all of the VM's CPUs (the partition is its root domain)
+    cpumap = tuple(cpu in own for cpu in range(os.cpu_count() or 1))
+    for index, _ in threads:
+        dom.pinVcpuFlags(index, cpumap, 1)  # VIR_DOMAIN_AFFECT_LIVE
+    state["cpus_before"] = {str(cg): _read(cg / "cpuset.cpus") for cg in (top, scope)}
+    state["partitions"] = [str(top), str(scope)]
+    _save_state(state)
+    _set_cpus(top, _cpulist(guests))
+    _set_cpus(scope, _cpulist(own))
+    _set_partition(top, "root")
+    _set_partition(scope, "root")
+    for _, tid in threads:
+        nice = sched._getattr(tid).sched_nice
+        state["changed"].append({"tid": tid, "tgid": _tgid(tid), "nice": nice})
+    _save_state(state)
+    try:
+        sched.apply_deadline(
+            [tid for _, tid in threads],
+            sched.SchedSetting("deadline", setting.budget_us, setting.period_us),
+        )
+    except sched.SchedUnavailable as e:
+        raise Refused(str(e)) from e
+
+
+def _tgid(tid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{tid}/status").read_text().splitlines():
+            if line.startswith("Tgid:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def reset() -> None:
+    """Undo what an earlier `apply` changed, as recorded in STATE_FILE; no-op without it.
+
+    Works also when the domain has stopped since: its threads and scope are gone then, and
+    only the machine slice is put back. A thread id is only touched while it still belongs to
+    the QEMU process it was recorded with (ids are reused).
+    """
+    if not STATE_FILE.exists():
+        return
+    libvirt, _ = _libvirt()
+    state = json.loads(STATE_FILE.read_text())
+    try:
+        dom = open_domain(state["domain"])
+    except Refused:
+        dom = None  # stopped or gone
+    for thread in state.get("changed", []):
+        tid = thread["tid"]
+        if _tgid(tid) != thread["tgid"]:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            if sched._getattr(tid).sched_policy == sched.SCHED_DEADLINE:
+                sched._restore_other(tid, thread["nice"])
+            else:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+                os.setpriority(os.PRIO_PROCESS, tid, thread["nice"])
+    for cgroup in map(Path, reversed(state.get("partitions", []))):
+        if _read(cgroup / "cpuset.cpus.partition").startswith("root"):
+            _set_partition(cgroup, "member")
+    for cgroup, cpus in state.get("cpus_before", {}).items():
+        path = Path(cgroup)
+        if path.is_dir():
+            # the kernel refuses to empty a cpuset with tasks below it, so an empty value (all
+            # of the parent's CPUs) comes back as the parent's CPUs written out
+            _set_cpus(path, cpus or _read(path.parent / "cpuset.cpus.effective"))
+    if dom is not None:
+        for index, pin in enumerate(state.get("pins_before", [])):
+            cpumap = tuple(cpu in pin for cpu in range(os.cpu_count() or 1))
+            dom.pinVcpuFlags(index, cpumap, 1)
+        if "libvirt_before" in state:
+            dom.setSchedulerParametersFlags(state["libvirt_before"], libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    STATE_FILE.unlink()
+
+
+# ---------------------------------------------------------------------------------------------
+# command line (run on the host by playbooks/vcpu-sched.yml)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hvbench-vcpu-sched", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=("validate", "check", "apply", "read", "reset"))
+    parser.add_argument("--domain", required=True)
+    parser.add_argument("--sched", default="none")
+    parser.add_argument("--budget", type=int)
+    parser.add_argument("--period", type=int)
+    parser.add_argument("--priority", type=int)
+    args = parser.parse_args(argv)
+    try:
+        setting = validate(args.sched, args.budget, args.period, args.priority)
+        if args.action == "validate":  # the numbers only, on the controller
+            print(json.dumps({"setting": asdict(setting)}))
+            return 0
+        if args.action == "reset":
+            reset()
+            try:
+                dom = open_domain(args.domain)
+            except Refused:  # stopped: nothing to read back
+                print(json.dumps({"readback": None}))
+                return 0
+        dom = open_domain(args.domain)
+        if args.action == "check":
+            check(dom, setting)
+            out = {"ok": True, "setting": asdict(setting)}
+        elif args.action == "apply":
+            out = {"setting": asdict(setting), "readback": apply(dom, setting)}
+        else:
+            out = {"readback": readback(dom)}
+    except (ValueError, Refused) as e:
+        print(f"hvbench-vcpu-sched: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
