@@ -57,10 +57,11 @@ def host(tmp_path_factory):
     inventory = work / "inventory"
     inventory.mkdir()
     os.symlink(REPO / "inventory/sample/group_vars", inventory / "group_vars")
-    vm.inventory(inventory / "hosts.json", "kvm_hosts")
+    # hosts.yml (JSON is YAML) so that make's INVENTORY= can name the directory
+    vm.inventory(inventory / "hosts.yml", "kvm_hosts")
     extra = work / "test-vars.yml"
     extra.write_text(yaml.safe_dump(small_testbed_vars(vm.key)))
-    yield vm, inventory / "hosts.json", extra
+    yield vm, inventory / "hosts.yml", extra
     vm.stop()
 
 
@@ -259,6 +260,22 @@ def test_a_setting_the_host_cannot_admit_is_refused_and_changes_nothing(host):
     code, out, readback = vcpu_sched(host, "read")
     assert code == 0, out[-6000:]
     assert_as_libvirt_set_it_up(readback)
+
+
+def test_make_vcpu_sched_applies_and_resets_through_the_inventory(host):
+    """The make target a user runs: validate here, the playbook there, the readback in build/."""
+    readback = REPO / "build/vcpu-sched.json"
+    make = ["make", "-s", "vcpu-sched", f"INVENTORY={host[1].parent}"]
+    env = {**os.environ, "ANSIBLE_TIMEOUT": "60"}
+    for args, quota in ((["SCHED=cfs", "BUDGET=30000"], 30000), (["ACTION=reset"], None)):
+        readback.unlink(missing_ok=True)
+        proc = subprocess.run(
+            [*make, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        (vcpu,) = json.loads(readback.read_text())["readback"]["vcpus"]
+        assert vcpu["cpu_max"] == (f"{quota} 100000" if quota else "max 100000")
+    readback.unlink()
 
 
 def test_a_bad_setting_is_refused_on_the_host_too(host):
