@@ -493,30 +493,48 @@ def _deadline_bw_in_use() -> int:
     return total
 
 
+def admission_refusal(
+    budget_us: int, period_us: int, threads: str, count: int, cpus: str, ncpus: int, in_use: int
+) -> str | None:
+    """The kernel's deadline admission test (__dl_overflow) for `count` threads of BUDGET per
+    PERIOD in a root domain of `ncpus` CPUs where other deadline threads already hold `in_use`;
+    None if admitted, else why not. `threads` and `cpus` name them in the message."""
+    rt_runtime = _read_int(RT_RUNTIME_SYSCTL, 950_000)
+    rt_period = _read_int(RT_PERIOD_SYSCTL, 1_000_000)
+    if rt_runtime < 0:
+        return None  # sched_rt_runtime_us = -1: no admission control
+    # bw × capacity, capacity 1024 per CPU
+    limit = _to_ratio(rt_period * 1000, rt_runtime * 1000) * ncpus
+    fair = _fair_server_bw(ncpus)
+    wanted = count * _to_ratio(period_us * 1000, budget_us * 1000)
+    if fair + in_use + wanted <= limit:
+        return None
+    unit = 1 << 20
+    return (
+        f"admission control would refuse SCHED=deadline: {count} {threads} × "
+        f"{budget_us}/{period_us} us = {wanted / unit:.3f} CPUs wanted, "
+        f"{in_use / unit:.3f} already used by other deadline threads, "
+        f"{fair / unit:.3f} reserved by the kernel's fair servers; limit "
+        f"sched_rt_runtime_us/sched_rt_period_us {rt_runtime}/{rt_period} × {ncpus} {cpus} "
+        f"= {limit / unit:.3f}"
+    )
+
+
 def _check_deadline_permitted(setting: SchedSetting, threads: int) -> None:
     assert setting.budget_us is not None and setting.period_us is not None
     if not _has_cap_sys_nice():
         raise SchedUnavailable("SCHED=deadline needs root or CAP_SYS_NICE")
-    rt_runtime = _read_int(RT_RUNTIME_SYSCTL, 950_000)
-    rt_period = _read_int(RT_PERIOD_SYSCTL, 1_000_000)
-    if rt_runtime < 0:
-        return  # sched_rt_runtime_us = -1: no admission control
-    ncpus = os.cpu_count() or 1
-    # the kernel's admission test (__dl_overflow): bw × capacity, capacity 1024 per CPU
-    limit = _to_ratio(rt_period * 1000, rt_runtime * 1000) * ncpus
-    fair = _fair_server_bw(ncpus)
-    in_use = _deadline_bw_in_use()
-    wanted = threads * _to_ratio(setting.period_us * 1000, setting.budget_us * 1000)
-    if fair + in_use + wanted > limit:
-        unit = 1 << 20
-        raise SchedUnavailable(
-            f"admission control would refuse SCHED=deadline: {threads} thread(s) × "
-            f"{setting.budget_us}/{setting.period_us} us = {wanted / unit:.3f} CPUs wanted, "
-            f"{in_use / unit:.3f} already used by other deadline threads, "
-            f"{fair / unit:.3f} reserved by the kernel's fair servers; limit "
-            f"sched_rt_runtime_us/sched_rt_period_us {rt_runtime}/{rt_period} × {ncpus} CPUs "
-            f"= {limit / unit:.3f}"
-        )
+    refusal = admission_refusal(
+        setting.budget_us,
+        setting.period_us,
+        "thread(s)",
+        threads,
+        "CPUs",
+        os.cpu_count() or 1,
+        _deadline_bw_in_use(),
+    )
+    if refusal:
+        raise SchedUnavailable(refusal)
 
 
 def check_permitted(setting: SchedSetting, threads: int = 1) -> None:

@@ -237,24 +237,20 @@ def _guest_cpus(dom) -> set[int]:
 
 
 def _admission(setting: KvmSetting, vcpus: int, partition_cpus: int) -> None:
-    """The kernel's deadline admission test for the VM's own root domain (the partition)."""
+    """The kernel's deadline admission test for the VM's own root domain (the partition,
+    new and so holding no other deadline thread)."""
     assert setting.budget_us is not None and setting.period_us is not None
-    rt_runtime = sched._read_int(sched.RT_RUNTIME_SYSCTL, 950_000)
-    rt_period = sched._read_int(sched.RT_PERIOD_SYSCTL, 1_000_000)
-    if rt_runtime < 0:
-        return  # sched_rt_runtime_us = -1: no admission control
-    unit = 1 << 20
-    limit = sched._to_ratio(rt_period * 1000, rt_runtime * 1000) * partition_cpus
-    fair = sched._fair_server_bw(partition_cpus)
-    wanted = vcpus * sched._to_ratio(setting.period_us * 1000, setting.budget_us * 1000)
-    if fair + wanted > limit:
-        raise Refused(
-            f"admission control would refuse SCHED=deadline: {vcpus} vCPU(s) × "
-            f"{setting.budget_us}/{setting.period_us} us = {wanted / unit:.3f} CPUs wanted, "
-            f"{fair / unit:.3f} reserved by the kernel's fair servers; limit "
-            f"sched_rt_runtime_us/sched_rt_period_us {rt_runtime}/{rt_period} × "
-            f"{partition_cpus} CPU(s) of the VM = {limit / unit:.3f}"
-        )
+    refusal = sched.admission_refusal(
+        setting.budget_us,
+        setting.period_us,
+        "vCPU(s)",
+        vcpus,
+        "CPU(s) of the VM",
+        partition_cpus,
+        0,
+    )
+    if refusal:
+        raise Refused(refusal)
 
 
 def check(dom, setting: KvmSetting) -> None:
