@@ -22,8 +22,12 @@ WARMUP    ?= 10
 RAMP      ?= 0
 MALFORMED ?= 0
 RUN_ID    ?=
+# Where runs write results/<run-id>/ and make report reads them.
+RESULTS   ?= results
 # Hold /dev/cpu_dma_latency at this many µs while running (C-states): auto = 0 where permitted.
 CPU_LATENCY ?= auto
+# FORCE_TSC=1 accepts a TSC without constant_tsc/nonstop_tsc (the results say it was forced).
+FORCE_TSC ?=
 
 # make report: RUNS picks runs (names or globs, comma-separated; default all in results/),
 # REF names a reference configuration (e.g. sched=credit), DEADLINE_MS adds the share of records
@@ -45,17 +49,29 @@ PRIORITY  ?=
 
 KAFKA_LIBS := build/kafka/libs
 FLINK_LIB  := build/flink/lib
+# Everything the guest roles install, in one file: wheels (from the registries), jars, model, data.
+GUEST_BUNDLE ?= build/guest-bundle.tar
+BUNDLE_DIR    = $(GUEST_BUNDLE:.tar=)
+# The third-party packages the guest roles install (roles/kafka, flink, job, producers); their
+# dependencies come along, pinned by constraints.txt. async-timeout: the guests run Debian 12's
+# Python 3.11.2, for which redis (from apache-beam) needs it; pip here resolves for this Python.
+GUEST_PACKAGES := apache-flink ai-edge-litert confluent-kafka numpy pandas async-timeout
+GUEST_SOURCES  := $(shell find flink-job/src producers/src analysis/src tsc_timer/src -type f \
+	-not -path '*/__pycache__/*' -not -path '*.egg-info/*' -not -name '*.so' 2>/dev/null) \
+	flink-job/pyproject.toml producers/pyproject.toml analysis/pyproject.toml tsc_timer/pyproject.toml
 
 # Quiet TensorFlow's C++ start-up chatter; one BLAS thread keeps inference latency steady.
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
 .PHONY: help venv java browser kafka flink-connector data train run report test lint bench clean \
-	provision teardown vcpu-sched controller-tools testbed-tools one-off-inventory
+	provision teardown vcpu-sched controller-tools testbed-tools one-off-inventory guest-bundle
 
 help:
 	@echo "make run     the experiment on this machine: TARGET=bare SCHED=none|deadline|cfs-quota"
 	@echo "             [BUDGET=us PERIOD=us] RECORDS=20000 SEND_MS=100 (per producer)"
+	@echo "             or on a provisioned testbed: TARGET=kvm HOST=host (or INVENTORY=dir)"
+	@echo "             SCHED=none|cfs|deadline|fifo [BUDGET=us PERIOD=us PRIORITY=n]"
 	@echo "             WARMUP=10 (s) RAMP=0 (s, within WARMUP) MALFORMED=0 RUN_ID=..."
 	@echo "             CPU_LATENCY=auto|off|us (C-states held during the run; auto = 0 us as root)"
 	@echo "make report  figures and tables of the runs in results/ into $(OUT)/index.html:"
@@ -113,14 +129,26 @@ train: $(STAMP)
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
 	$(PY) -m hvbench_job.forecast.train --data $(DATA_DIR) --out $(MODEL_DIR) --seed $(SEED) $(if $(EPOCHS),--epochs $(EPOCHS))
 
+# TARGET=bare runs everything here; TARGET=kvm runs in the guests of a provisioned testbed
+# (HOST= or INVENTORY=), with the harness here.
+RUN_ARGS = --target $(TARGET) --sched $(SCHED) \
+	$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
+	$(if $(PRIORITY),--priority $(PRIORITY)) \
+	--records $(RECORDS) --period-ms $(SEND_MS) --warmup-s $(WARMUP) --ramp-s $(RAMP) \
+	--malformed $(MALFORMED) --cpu-latency $(CPU_LATENCY) $(if $(RUN_ID),--run-id $(RUN_ID)) \
+	--results $(RESULTS) \
+	$(if $(FORCE_TSC),--force-tsc)
+
+ifeq ($(TARGET),bare)
 run: $(STAMP) kafka flink-connector
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
-	$(PY) -m hvbench_load.run --target $(TARGET) --sched $(SCHED) \
-		$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
-		--records $(RECORDS) --period-ms $(SEND_MS) --warmup-s $(WARMUP) --ramp-s $(RAMP) \
-		--malformed $(MALFORMED) --cpu-latency $(CPU_LATENCY) \
-		--data $(DATA_DIR) --model $(MODEL_DIR) $(if $(RUN_ID),--run-id $(RUN_ID))
+	$(PY) -m hvbench_load.run $(RUN_ARGS) --data $(DATA_DIR) --model $(MODEL_DIR)
+else
+run: $(STAMP) one-off-inventory
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.run $(RUN_ARGS) \
+		--inventory $(if $(HOST),build/inventory/hosts.yml,$(INVENTORY)/hosts.yml)
+endif
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -145,9 +173,25 @@ ifneq ($(HOST),)
 		> build/inventory/hosts.yml
 endif
 
-provision: $(STAMP) controller-tools one-off-inventory
+# GUEST_BUNDLE, MODEL_DIR and DATA_DIR may point elsewhere (the tests bundle a small model).
+guest-bundle: $(GUEST_BUNDLE)
+$(GUEST_BUNDLE): $(STAMP) $(KAFKA_LIBS)/.resolved $(FLINK_LIB)/.resolved constraints.txt $(GUEST_SOURCES)
+	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
+	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
+	rm -rf $(BUNDLE_DIR) && mkdir -p $(BUNDLE_DIR)/kafka $(BUNDLE_DIR)/flink $(BUNDLE_DIR)/data
+	$(VENV)/bin/pip wheel -q --disable-pip-version-check -w $(BUNDLE_DIR)/wheels -c constraints.txt $(GUEST_PACKAGES)
+	$(VENV)/bin/pip wheel -q --disable-pip-version-check --no-deps -w $(BUNDLE_DIR)/wheels \
+		./flink-job ./tsc_timer ./producers ./analysis
+	cp constraints.txt $(BUNDLE_DIR)/wheels/
+	cp -r $(KAFKA_LIBS) $(BUNDLE_DIR)/kafka/libs && cp -r $(FLINK_LIB) $(BUNDLE_DIR)/flink/lib
+	cp -r $(MODEL_DIR) $(BUNDLE_DIR)/model && cp -r $(DATA_DIR) $(BUNDLE_DIR)/data/pems
+	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --exclude=.resolved \
+		-C $(BUNDLE_DIR) -cf $@.tmp . && mv $@.tmp $@ && rm -rf $(BUNDLE_DIR)
+
+provision: $(STAMP) controller-tools one-off-inventory $(GUEST_BUNDLE)
 	@case "$(TARGET)" in kvm) ;; *) echo "make provision: TARGET=kvm (xen comes next); got TARGET=$(TARGET)" >&2; exit 1;; esac
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/provision.yml
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/provision.yml \
+		-e hvbench_guest_bundle=$(abspath $(GUEST_BUNDLE))
 
 teardown: $(STAMP) one-off-inventory
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/teardown.yml
@@ -163,7 +207,7 @@ vcpu-sched: $(STAMP) one-off-inventory
 		-e vcpu_sched_readback_file=$(CURDIR)/build/vcpu-sched.json
 
 report: $(STAMP)
-	$(PY) -m hvbench_analysis.report --results results --out $(OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))
+	$(PY) -m hvbench_analysis.report --results $(RESULTS) --out $(OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))
 
 # The provisioning tests boot a QEMU guest as the bare-metal host (TCG) and build images with
 # mmdebstrap from the distribution's mirror.

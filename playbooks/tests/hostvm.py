@@ -5,8 +5,9 @@ These machines cannot run a stock kernel under their /dev/kvm, so the "host" run
 with mmdebstrap from the distribution's mirror, cached by the hash of everything that goes into
 it; each boot writes to a throw-away overlay, so every test starts from the same host.
 
-The image already holds the packages the kvm_host role installs: unpacking them under TCG takes
-many minutes, and the role's apt task is the same task either way (it then reports "ok").
+The image already holds the packages the kvm_host role and the guest roles install with apt:
+unpacking them under TCG takes many minutes, and each role's apt task is the same task either
+way (it then reports "ok").
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ ROLE_PACKAGES = [
     "e2fsprogs",
     "cpufrequtils",
 ]
+# What the guest roles (kafka, flink, producers) install with apt: in the tests the host VM
+# itself runs the workload (see test_provision_kvm.py).
+GUEST_ROLE_PACKAGES = ["openjdk-17-jre-headless", "python3-venv", "libpython3.11"]
 IMAGE_SIZE = "12G"  # sparse: the host keeps guest images too
 LAYOUT = 1  # bump when the way the image is made changes
 
@@ -73,7 +77,7 @@ def ssh_key(cache: Path) -> Path:
 
 def build_image(cache: Path, packages: list[str] | None = None) -> Path:
     """The host image directory (disk, kernel, initrd), built once per content key."""
-    packages = packages or BASE_PACKAGES + ROLE_PACKAGES
+    packages = packages or BASE_PACKAGES + ROLE_PACKAGES + GUEST_ROLE_PACKAGES
     key = ssh_key(cache)
     pubkey = key.with_suffix(".pub").read_text().strip()
     out = cache / f"host-{image_key(pubkey, packages)}"
@@ -172,7 +176,11 @@ class HostVM:
                 # npt=0: with nested paging, the first nested guest panicked this host's
                 # kernel (stack guard page hit in the vCPU thread) under TCG's emulated SVM
                 "-append",
-                "root=/dev/vda rw console=ttyS0 net.ifnames=1 kvm_amd.npt=0 sysrq_always_enabled=1",
+                # vgif=0: twice the host hung with its vCPUs spinning in KVM's interrupt
+                # delivery soon after its nested guests started; without virtual GIF, KVM
+                # gates interrupts with plain CLGI/STGI, the older path of TCG's SVM
+                "root=/dev/vda rw console=ttyS0 net.ifnames=1 kvm_amd.npt=0 kvm_amd.vgif=0 "
+                "sysrq_always_enabled=1",
                 "-drive",
                 f"file={overlay},if=virtio,format=qcow2",
                 "-netdev",

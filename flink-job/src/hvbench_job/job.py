@@ -133,16 +133,20 @@ class ForecastAndRoute(ProcessFunction):
     restart (restart strategy none), so there is no state to restore.
     """
 
-    def __init__(self, model_dir: str, origin: str, destination: str, heuristic: str) -> None:
+    def __init__(
+        self, model_dir: str, origin: str, destination: str, heuristic: str, force_tsc: bool
+    ) -> None:
         self.model_dir, self.origin, self.destination = model_dir, origin, destination
-        self.heuristic = heuristic
+        self.heuristic, self.force_tsc = heuristic, force_tsc
         self.pipeline = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
         import_litert_on_python_thread()
         from hvbench_job.pipeline import Pipeline  # loads LiteRT: once per task
 
-        self.pipeline = Pipeline(self.model_dir, self.origin, self.destination, self.heuristic)
+        self.pipeline = Pipeline(
+            self.model_dir, self.origin, self.destination, self.heuristic, self.force_tsc
+        )
         # Move everything loaded so far (PyFlink, numpy, LiteRT, the model) out of the cyclic
         # collector's reach: its full collections then walk only what records create.
         gc.freeze()
@@ -161,11 +165,12 @@ def build(
     origin: str = detectors.DEFAULT_ORIGIN,
     destination: str = detectors.DEFAULT_DESTINATION,
     heuristic: str = "distance",
+    force_tsc: bool = False,
 ) -> tuple[DataStream, DataStream]:
     """The job's logic on any stream of raw records: returns (outputs, dead letters)."""
     routed = (
         source.process(
-            ForecastAndRoute(model_dir, origin, destination, heuristic),
+            ForecastAndRoute(model_dir, origin, destination, heuristic, force_tsc),
             output_type=Types.STRING(),
         )
         .name("forecast-route")
@@ -240,6 +245,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-interval-ms", type=int, default=10_000)
     p.add_argument("--connector-dir", default="build/flink/lib", help="holds the Kafka connector")
     p.add_argument("--settings-out", help="write the applied settings here as JSON")
+    p.add_argument(
+        "--force-tsc", action="store_true", help="stamp with a TSC without constant/nonstop"
+    )
     return p.parse_args(argv)
 
 
@@ -254,7 +262,12 @@ def main(argv: list[str] | None = None) -> None:
         "kafka-input",
     ).uid("kafka-input")
     outputs, dead_letters = build(
-        source, str(Path(args.model).resolve()), args.origin, args.destination, args.heuristic
+        source,
+        str(Path(args.model).resolve()),
+        args.origin,
+        args.destination,
+        args.heuristic,
+        args.force_tsc,
     )
     outputs.sink_to(kafka_sink(args.bootstrap, args.output)).name("kafka-output")
     dead_letters.sink_to(kafka_sink(args.bootstrap, args.dead_letter)).name("kafka-dead-letter")
@@ -268,6 +281,7 @@ def main(argv: list[str] | None = None) -> None:
             "topics": {"input": args.input, "output": args.output, "dead_letter": args.dead_letter},
             "route": {"origin": args.origin, "destination": args.destination},
             "heuristic": args.heuristic,
+            "force_tsc": args.force_tsc,
             "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL")},
         }
         Path(args.settings_out).write_text(json.dumps(applied, indent=2) + "\n")

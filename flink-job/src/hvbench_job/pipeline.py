@@ -36,9 +36,10 @@ class Pipeline:
         origin: str = detectors.DEFAULT_ORIGIN,
         destination: str = detectors.DEFAULT_DESTINATION,
         heuristic: str = "distance",
+        force_tsc: bool = False,
     ) -> None:
         if tsc_timer.calibration() is None:
-            tsc_timer.calibrate()
+            tsc_timer.calibrate(force=force_tsc)
         self.forecaster = Forecaster(model_dir)
         self.router = Router.for_detectors(heuristic)
         for key in (origin, destination):

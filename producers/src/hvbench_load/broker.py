@@ -7,11 +7,15 @@ empty topics and leaves its broker log behind for inspection.
 
 from __future__ import annotations
 
+import argparse
 import base64
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -240,3 +244,32 @@ def java_version(java: str = "java") -> str:
     except OSError as e:
         return f"unavailable: {e}"
     return out.stderr.strip().splitlines()[0] if out.stderr else "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve a broker for a run on another machine: start it, create the topics, print what
+    runs (one JSON line), and stop it on SIGTERM (see hvbench_load.tethered)."""
+    p = argparse.ArgumentParser(prog="python -m hvbench_load.broker", description=main.__doc__)
+    p.add_argument("--libs", required=True, help="the Kafka jars")
+    p.add_argument("--work", required=True, help="configuration, data and log")
+    p.add_argument("--host", required=True, help="the address to listen on")
+    p.add_argument("--topics", required=True, help="comma-separated")
+    args = p.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    broker = KafkaBroker(args.libs, args.work, host=args.host)
+    try:
+        broker.start(timeout=300)  # a JVM inside a slow guest takes its time
+        broker.create_topics(args.topics.split(","))
+        print(json.dumps(broker.describe()), flush=True)
+        stop.wait()
+    except BrokerError as e:
+        print(f"broker: {e}", file=sys.stderr)
+        return 1
+    finally:
+        broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -6,6 +6,8 @@ read is recorded as None (or with the reason), never guessed.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 import subprocess
@@ -131,3 +133,21 @@ def collect_git() -> dict:
         "commit": git("rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print this machine's facts and software versions as JSON (for a run's meta.json when
+    the machine is a guest of the testbed)."""
+    p = argparse.ArgumentParser(prog="python -m hvbench_load.meta", description=main.__doc__)
+    p.add_argument("--model", help="also report this model directory's checksum")
+    args = p.parse_args(argv)
+    facts = {"host": collect_host(), "versions": collect_versions()}
+    if args.model:
+        manifest = _read(Path(args.model) / "manifest.json")
+        facts["model_checksum"] = json.loads(manifest).get("checksum") if manifest else None
+    print(json.dumps(facts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,5 @@
-"""`make run`: one experiment on the bare target (this machine, no hypervisor).
+"""`make run`: one experiment, on this machine (TARGET=bare) or on a provisioned KVM testbed
+(TARGET=kvm).
 
 Order: check the settings (nothing is started for a bad one) → calibrate the TSC → Kafka →
 the Flink job → a readiness probe through the job → the scheduler setting, read back →
@@ -6,7 +7,14 @@ consumer → producers → drain → tear down (also on Ctrl-C or error) → acc
 results/<run-id>/ → summary. The exit code is non-zero if anything failed or any record is
 unaccounted for.
 
+On a KVM testbed the harness stays here and starts each part over SSH (hvbench_load.testbed):
+Kafka, the producers and the consumer in the messaging VM (its TSC stamps both ends), the job in
+the real-time VM, and the scheduler setting on the real-time VM's vCPUs on the host
+(hvbench-vcpu-sched). Their files come back here at the end.
+
     python -m hvbench_load.run --sched deadline --budget 20000 --period 100000
+    python -m hvbench_load.run --target kvm --inventory inventory/lab/hosts.yml \
+        --sched cfs --budget 77500
 """
 
 from __future__ import annotations
@@ -21,28 +29,27 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
-
 import tsc_timer
-from hvbench_load import accounting, meta, sched, tuning
+from hvbench_load import accounting, meta, probe, sched, tuning, vcpu_sched
 from hvbench_load.broker import KafkaBroker
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
+from hvbench_load.testbed import Machine, Testbed, TestbedError, resolve
 
-TARGETS = ("bare",)  # kvm and xen come with `make provision`
+TARGETS = ("bare", "kvm")  # xen comes with its provisioning
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
 # Threads of the job's JVM that handle records (comm names, cut to 15 characters by the
 # kernel): the chained task of source + Python operator + sinks, the Kafka source's fetcher,
 # and the network threads of the two Kafka sinks (results, dead letters): four threads.
-# SCHED=deadline applies to these.
+# SCHED=deadline applies to these on the bare target.
 JOB_THREAD_PATTERNS = (r"^Source: kafka-", r"^Source Data Fet", r"^kafka-producer-")
 JOB_THREADS = 4
-PROBE_PREFIX = "hvbench-readiness-probe-"
+# A JVM and a model inside a guest can be slow to start (very slow under emulation).
+READY_TIMEOUT_S = {"bare": 180.0, "kvm": 900.0}
 
 
 class RunError(RuntimeError):
@@ -50,14 +57,46 @@ class RunError(RuntimeError):
 
 
 @dataclass
+class Paths:
+    """Where the run's inputs and its work directory are on the machines that use them."""
+
+    data: str
+    model: str
+    kafka_libs: str
+    connector_dir: str
+    work: str  # on the messaging and the real-time machine
+
+    @classmethod
+    def for_run(cls, args: argparse.Namespace, testbed: Testbed | None, run_id: str) -> Paths:
+        if testbed is None:
+            return cls(
+                args.data,
+                args.model,
+                args.kafka_libs,
+                args.connector_dir,
+                str(Path(args.work).resolve() / run_id),
+            )
+        base = testbed.install_dir  # where the guest roles put everything
+        return cls(
+            f"{base}/data/pems",
+            f"{base}/model",
+            f"{base}/kafka/libs",
+            f"{base}/flink/lib",
+            f"{testbed.work_dir}/{run_id}",
+        )
+
+
+@dataclass
 class Processes:
     """Everything the run started, so teardown can find it."""
 
-    broker: KafkaBroker | None = None
+    broker: KafkaBroker | None = None  # bare: run here, in this process
+    remote_broker: subprocess.Popen | None = None  # kvm: in the messaging VM
     job: subprocess.Popen | None = None
     consumer: subprocess.Popen | None = None
     producers: subprocess.Popen | None = None
     quota: sched.CpuQuota | None = None
+    vcpu_setting_on: Machine | None = None  # kvm: the host whose vCPU setting must be reset
     stopped: list[str] = field(default_factory=list)
 
 
@@ -69,6 +108,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sched", default="none")
     p.add_argument("--budget", type=int, help="microseconds")
     p.add_argument("--period", type=int, help="microseconds (default 100000 where it applies)")
+    p.add_argument("--priority", type=int, help="SCHED=fifo on kvm: 1..99")
+    p.add_argument("--inventory", help="kvm: the Ansible inventory of the provisioned testbed")
     p.add_argument("--records", type=int, default=20_000, help="in total over the six producers")
     p.add_argument("--period-ms", type=float, default=100.0, help="send period of each producer")
     p.add_argument("--warmup-s", type=float, default=10.0, help="excluded from the statistics")
@@ -78,7 +119,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--cpu-latency",
         default="auto",
         help="hold /dev/cpu_dma_latency at this many µs during the run; auto = 0 where "
-        "permitted; off = leave C-states alone",
+        "permitted; off = leave C-states alone (bare only: a testbed's host is tuned by "
+        "make provision)",
     )
     p.add_argument("--drain-s", type=float, default=20.0, help="wait for late results this long")
     p.add_argument("--data", default="data/pems")
@@ -92,18 +134,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def check_settings(args: argparse.Namespace) -> tuple[sched.SchedSetting, tuning.CpuLatency]:
+def check_settings(
+    args: argparse.Namespace,
+) -> tuple[sched.SchedSetting | vcpu_sched.KvmSetting, tuning.CpuLatency | None]:
     """Refuse bad settings before anything is started or touched."""
     if args.target not in TARGETS:
-        raise RunError(
-            f"unknown TARGET {args.target!r}; valid here: {', '.join(TARGETS)} "
-            "(kvm and xen run on a host set up with `make provision`)"
-        )
-    setting = sched.validate(args.sched, args.budget, args.period)
+        raise RunError(f"unknown TARGET {args.target!r}; valid: {', '.join(TARGETS)}")
     if args.records <= 0 or args.period_ms <= 0 or args.warmup_s < 0 or args.malformed < 0:
         raise RunError("RECORDS and the send period must be positive, WARMUP and MALFORMED ≥ 0")
     if not 0 <= args.ramp_s <= args.warmup_s:
         raise RunError("RAMP must lie within the warm-up: 0 ≤ RAMP ≤ WARMUP")
+    if args.target == "kvm":
+        setting = vcpu_sched.validate(args.sched, args.budget, args.period, args.priority)
+        if not args.inventory:
+            raise RunError("TARGET=kvm needs the testbed: HOST=<host> or INVENTORY=<dir>")
+        if args.cpu_latency not in ("auto", "off"):
+            raise RunError(
+                "CPU_LATENCY is for the bare target; a testbed's host is tuned by "
+                "make provision (host_tuning)"
+            )
+        return setting, None
+    if args.priority is not None:
+        raise RunError("PRIORITY is for SCHED=fifo on TARGET=kvm")
+    setting = sched.validate(args.sched, args.budget, args.period)
     for what, path in (("model", Path(args.model) / "manifest.json"), ("data", Path(args.data))):
         if not path.exists():
             raise RunError(f"no {what} at {path} (make train / make data create it)")
@@ -117,36 +170,35 @@ def log(message: str) -> None:
     print(f"[{datetime.now():%H:%M:%S}] {message}", flush=True)
 
 
-def start_job(args, broker: KafkaBroker, work: Path) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "OPENBLAS_NUM_THREADS": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "FLINK_LOG_DIR": str(work / "flink-log"),
-    }
+def start_job(
+    machine: Machine, paths: Paths, bootstrap: str, log_file: Path, force_tsc: bool = False
+) -> subprocess.Popen:
     cmd = [
-        sys.executable,
-        "-m",
-        "hvbench_job.job",
-        "--bootstrap",
-        broker.bootstrap,
-        "--model",
-        args.model,
-        "--input",
-        TOPICS["input"],
-        "--output",
-        TOPICS["output"],
-        "--dead-letter",
-        TOPICS["dead_letter"],
-        "--connector-dir",
-        args.connector_dir,
-        "--settings-out",
-        str(work / "job-settings.json"),
+        "env",
+        "OPENBLAS_NUM_THREADS=1",
+        "TF_CPP_MIN_LOG_LEVEL=2",
+        f"FLINK_LOG_DIR={paths.work}/flink-log",
+        *machine.module(
+            "hvbench_job.job",
+            "--bootstrap",
+            bootstrap,
+            "--model",
+            paths.model,
+            "--input",
+            TOPICS["input"],
+            "--output",
+            TOPICS["output"],
+            "--dead-letter",
+            TOPICS["dead_letter"],
+            "--connector-dir",
+            paths.connector_dir,
+            "--settings-out",
+            f"{paths.work}/job-settings.json",
+            *(["--force-tsc"] if force_tsc else []),
+        ),
     ]
-    out = open(work / "job.out", "wb")  # noqa: SIM115 — the child writes to it until the end
-    return subprocess.Popen(
-        cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-    )
+    out = open(log_file, "wb")  # noqa: SIM115 — the child writes to it until the end
+    return machine.start(cmd, stdout=out, stderr=subprocess.STDOUT)
 
 
 def job_jvm_pid(job: subprocess.Popen) -> int | None:
@@ -165,34 +217,43 @@ def job_jvm_pid(job: subprocess.Popen) -> int | None:
     return None
 
 
-def wait_job_ready(broker: KafkaBroker, job: subprocess.Popen, work: Path, timeout: float) -> float:
-    """Send a probe the job must refuse and wait for it in the dead-letter topic: then the
-    whole path (source, Python operator with its model, sinks) is running. Returns seconds."""
-    probe = PROBE_PREFIX + uuid.uuid4().hex
-    consumer = Consumer(
-        {"bootstrap.servers": broker.bootstrap, "group.id": f"probe-{probe}", **CONSUMER_CONFIG}
+def job_gone(job: subprocess.Popen, log_file: Path):
+    def gone() -> str | None:
+        if job.poll() is None:
+            return None
+        return f"the Flink job exited with {job.returncode} while starting:\n" + tail(log_file)
+
+    return gone
+
+
+def wait_job_ready(
+    machine: Machine, bootstrap: str, job: subprocess.Popen, work: Path, timeout: float
+) -> float:
+    """The readiness probe (hvbench_load.probe), run where the broker is. Returns seconds."""
+    gone = job_gone(job, work / "job.out")
+    if not machine.remote:
+        try:
+            return probe.wait_for_job(bootstrap, timeout, job_gone=gone)
+        except probe.ProbeError as e:
+            raise RunError(f"{e}\n{tail(work / 'job.out')}") from None
+    started = time.monotonic()
+    prober = machine.start(
+        machine.module("hvbench_load.probe", "--bootstrap", bootstrap, "--timeout", str(timeout)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
-    consumer.subscribe([TOPICS["dead_letter"]])
-    producer = Producer({"bootstrap.servers": broker.bootstrap, **PRODUCER_CONFIG})
-    producer.produce(TOPICS["input"], probe.encode())
-    producer.flush(10)
-    start = time.monotonic()
     try:
-        while time.monotonic() - start < timeout:
-            if job.poll() is not None:
-                raise RunError(
-                    f"the Flink job exited with {job.returncode} while starting:\n"
-                    + tail(work / "job.out")
-                )
-            msg = consumer.poll(0.5)
-            if msg is not None and not msg.error() and probe.encode() in msg.value():
-                return time.monotonic() - start
-        raise RunError(
-            f"the Flink job did not answer the probe within {timeout:.0f} s:\n"
-            + tail(work / "job.out")
-        )
+        while prober.poll() is None:
+            reason = gone()
+            if reason:
+                raise RunError(reason)
+            time.sleep(0.5)
+        out = prober.stdout.read().decode(errors="replace").strip()
+        if prober.returncode != 0:
+            raise RunError(f"{out}\n{tail(work / 'job.out')}")
+        return time.monotonic() - started
     finally:
-        consumer.close()
+        stop_process(prober, "probe", None)
 
 
 def tail(path: Path, lines: int = 30) -> str:
@@ -236,24 +297,60 @@ def final_sched_readback(setting: sched.SchedSetting, jvm_pid: int | None, procs
     return sched.readback_none(jvm_pid)
 
 
+def vcpu_sched_command(
+    testbed: Testbed, action: str, setting: vcpu_sched.KvmSetting | None = None
+) -> list[str]:
+    cmd = ["hvbench-vcpu-sched", action, "--domain", testbed.realtime_domain]
+    if setting is not None:
+        cmd += ["--sched", setting.sched]
+        for flag, value in (
+            ("--budget", setting.budget_us),
+            ("--period", setting.period_us),
+            ("--priority", setting.priority),
+        ):
+            if value is not None:
+                cmd += [flag, str(value)]
+    return cmd
+
+
+def vcpu_sched_json(testbed: Testbed, action: str, setting=None) -> dict:
+    """hvbench-vcpu-sched on the host; its refusal (exit 2) is a RunError with its message."""
+    proc = testbed.host.run(vcpu_sched_command(testbed, action, setting), root=True, check=False)
+    if proc.returncode != 0:
+        raise RunError(proc.stderr.strip() or f"hvbench-vcpu-sched {action} failed")
+    return json.loads(proc.stdout)
+
+
+def cpu_times(machine: Machine) -> tuning.CpuTimes:
+    if not machine.remote:
+        return tuning.CpuTimes.now()
+    return tuning.CpuTimes.parse(machine.run(["cat", "/proc/stat"], timeout=60).stdout)
+
+
+def ask_to_stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to a part here; there, closing its tether does the same (see testbed.Machine)."""
+    if proc.stdin is not None:
+        if not proc.stdin.closed:
+            proc.stdin.close()
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+
+
 def stop_process(
-    proc: subprocess.Popen | None,
-    name: str,
-    procs: Processes,
-    sig: int = signal.SIGTERM,
-    timeout: float = 15.0,
+    proc: subprocess.Popen | None, name: str, procs: Processes | None, timeout: float = 30.0
 ) -> None:
     if proc is None or proc.poll() is not None:
         return
     try:
-        os.killpg(proc.pid, sig)
+        ask_to_stop(proc)
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     except ProcessLookupError:
         pass
-    procs.stopped.append(name)
+    if procs is not None:
+        procs.stopped.append(name)
 
 
 def teardown(procs: Processes) -> None:
@@ -264,6 +361,54 @@ def teardown(procs: Processes) -> None:
         procs.quota.close()
     if procs.broker is not None:
         procs.broker.stop()
+        procs.stopped.append("Kafka")
+    stop_process(procs.remote_broker, "Kafka", procs)
+
+
+def fetch_run_files(machines: set[Machine], remote_work: str, work: Path) -> None:
+    """The parts' own files (sent, received, dead letters, job settings, logs) come here,
+    then the machines' copies go."""
+    for machine in machines:
+        try:
+            machine.fetch(remote_work, work)
+        except TestbedError as e:
+            log(f"fetching the run's files failed: {e}")
+            return  # keep them there
+    for machine in machines:
+        machine.run(["rm", "-rf", remote_work], root=True, check=False)
+
+
+def start_remote_broker(machine: Machine, address: str, paths: Paths, work: Path, procs) -> dict:
+    """Kafka in the messaging VM, listening on the guests' private network only."""
+    procs.remote_broker = machine.start(
+        machine.module(
+            "hvbench_load.broker",
+            "--libs",
+            paths.kafka_libs,
+            "--work",
+            f"{paths.work}/kafka",
+            "--host",
+            address,
+            "--topics",
+            ",".join(TOPICS.values()),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=open(work / "broker.err", "wb"),  # noqa: SIM115 — the child's until the end
+    )
+    lines = line_queue(procs.remote_broker.stdout)
+    first = next_line(lines, 420)  # the broker waits up to 300 s for its JVM
+    if not first or not first.startswith("{"):
+        raise RunError(f"Kafka did not start in {machine.name}:\n{tail(work / 'broker.err')}")
+    return json.loads(first)
+
+
+def testbed_facts(testbed: Testbed, paths: Paths) -> dict:
+    """Host and guest facts for meta.json: the host's from Ansible, each guest's from itself."""
+    facts = {"host": testbed.host_facts}
+    for role, machine in (("messaging", testbed.messaging), ("realtime", testbed.realtime)):
+        proc = machine.run(machine.module("hvbench_load.meta", "--model", paths.model), timeout=120)
+        facts[role] = json.loads(proc.stdout)
+    return facts
 
 
 def run(args: argparse.Namespace) -> int:
@@ -278,6 +423,22 @@ def run(args: argparse.Namespace) -> int:
         if taken.exists():
             raise RunError(f"{taken} exists already; choose another RUN_ID")
     work.mkdir(parents=True)
+    testbed = None
+    if args.target == "kvm":
+        try:
+            testbed = resolve(args.inventory, work / "testbed.json")
+            log(
+                f"testbed: host {testbed.host.ssh[-1]}, messaging VM, real-time VM "
+                f"({testbed.realtime_domain})"
+            )
+            # Admission and the domain are checked on the host before anything starts.
+            vcpu_sched_json(testbed, "check", setting)
+        except (TestbedError, RunError):
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    messaging = testbed.messaging if testbed else Machine("this machine")
+    realtime = testbed.realtime if testbed else messaging
+    paths = Paths.for_run(args, testbed, run_id)
     started_at = datetime.now(UTC)
     procs = Processes()
     meta_doc: dict = {
@@ -287,6 +448,7 @@ def run(args: argparse.Namespace) -> int:
             "sched": setting.sched,
             "budget_us": setting.budget_us,
             "period_us": setting.period_us,
+            **({"priority": setting.priority} if testbed else {}),
             "records": args.records,
             "producer_period_ms": args.period_ms,
             "producers": 6,
@@ -297,6 +459,12 @@ def run(args: argparse.Namespace) -> int:
         },
         "started_at": started_at.isoformat(),
     }
+    if testbed:
+        meta_doc["placement"] = {
+            "kafka, producers, consumer": testbed.messaging.name,
+            "flink job": testbed.realtime.name,
+            "scheduler setting": f"{testbed.host.name}: vCPUs of {testbed.realtime_domain}",
+        }
     jvm_pid = None
     interrupted = False
 
@@ -309,69 +477,97 @@ def run(args: argparse.Namespace) -> int:
             f"run {run_id}: {args.records} records from 6 producers every {args.period_ms:g} ms, "
             f"SCHED={setting.sched}"
         )
-        calibration = tsc_timer.calibrate(force=args.force_tsc)
+        if testbed:
+            for machine in {messaging, realtime}:
+                machine.run(["mkdir", "-p", f"{paths.work}/flink-log"], root=True)
+            calibrate = messaging.module(
+                "tsc_timer",
+                "--out",
+                f"{paths.work}/calibration.json",
+                *(["--force"] if args.force_tsc else []),
+            )
+            calibration = tsc_timer.Calibration(**json.loads(messaging.run(calibrate).stdout))
+            meta_doc["cpu_latency"] = {
+                "held": False,
+                "reason": "a testbed's C-states are set by make provision (host_tuning)",
+            }
+        else:
+            calibration = tsc_timer.calibrate(force=args.force_tsc)
+            cpu_latency.open()
+            meta_doc["cpu_latency"] = cpu_latency.describe()
+            log(
+                f"CPU latency limit held at {meta_doc['cpu_latency']['readback_us']} µs"
+                if cpu_latency.fd is not None
+                else f"CPU latency limit not held ({cpu_latency.not_held})"
+            )
         (work / "calibration.json").write_text(json.dumps(calibration.as_dict()))
         c = calibration
-        log(f"TSC {c.hz / 1e6:.3f} MHz ({c.source}, ±{c.error_ppm:.2f} ppm)")
-        cpu_latency.open()
-        meta_doc["cpu_latency"] = cpu_latency.describe()
-        log(
-            f"CPU latency limit held at {meta_doc['cpu_latency']['readback_us']} µs"
-            if cpu_latency.fd is not None
-            else f"CPU latency limit not held ({cpu_latency.not_held})"
+        log(f"TSC {c.hz / 1e6:.3f} MHz ({c.source}, ±{c.error_ppm:.2f} ppm) in {messaging.name}")
+
+        if testbed:
+            broker_description = start_remote_broker(
+                messaging, testbed.messaging_address, paths, work, procs
+            )
+            bootstrap = broker_description["bootstrap"]
+        else:
+            procs.broker = KafkaBroker(args.kafka_libs, Path(paths.work) / "kafka")
+            procs.broker.start()
+            procs.broker.create_topics(list(TOPICS.values()))
+            broker_description = procs.broker.describe()
+            bootstrap = procs.broker.bootstrap
+        log(f"Kafka {bootstrap} up, topics {', '.join(TOPICS.values())}")
+
+        procs.job = start_job(realtime, paths, bootstrap, work / "job.out", args.force_tsc)
+        ready_s = wait_job_ready(
+            messaging, bootstrap, procs.job, work, READY_TIMEOUT_S[args.target]
         )
-
-        procs.broker = KafkaBroker(args.kafka_libs, work / "kafka")
-        procs.broker.start()
-        procs.broker.create_topics(list(TOPICS.values()))
-        log(f"Kafka {procs.broker.bootstrap} up, topics {', '.join(TOPICS.values())}")
-
-        procs.job = start_job(args, procs.broker, work)
-        ready_s = wait_job_ready(procs.broker, procs.job, work, timeout=180)
-        jvm_pid = job_jvm_pid(procs.job)
-        if jvm_pid is None:
-            raise RunError("the job's JVM was not found")
-        log(f"Flink job running (JVM pid {jvm_pid}), answered the probe in {ready_s:.1f} s")
-        meta_doc["sched"] = apply_sched(setting, jvm_pid, run_id, procs)
+        if testbed:
+            log(f"Flink job running in {realtime.name}, answered the probe in {ready_s:.1f} s")
+            procs.vcpu_setting_on = testbed.host
+            meta_doc["sched"] = {
+                "applied": f"{setting.sched} on the vCPUs of {testbed.realtime_domain}",
+                **vcpu_sched_json(testbed, "apply", setting),
+            }
+        else:
+            jvm_pid = job_jvm_pid(procs.job)
+            if jvm_pid is None:
+                raise RunError("the job's JVM was not found")
+            log(f"Flink job running (JVM pid {jvm_pid}), answered the probe in {ready_s:.1f} s")
+            meta_doc["sched"] = apply_sched(setting, jvm_pid, run_id, procs)
         log(f"scheduler setting applied and read back: {setting.sched}")
 
         expect = args.records
-        procs.consumer = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
+        procs.consumer = messaging.start(
+            messaging.module(
                 "hvbench_load.consumer",
                 "--bootstrap",
-                procs.broker.bootstrap,
+                bootstrap,
                 "--calibration",
-                str(work / "calibration.json"),
+                f"{paths.work}/calibration.json",
                 "--expect",
                 str(expect),
                 "--out",
-                str(work / "received.csv"),
+                f"{paths.work}/received.csv",
                 "--dead-letters",
-                str(work / "dead_letters.jsonl"),
-            ],
+                f"{paths.work}/dead_letters.jsonl",
+            ),
             stdout=subprocess.PIPE,
             stderr=open(work / "consumer.err", "wb"),  # noqa: SIM115
-            start_new_session=True,
         )
         lines = line_queue(procs.consumer.stdout)
-        subscribed_by = time.monotonic() + 60
+        subscribed_by = time.monotonic() + (60 if not testbed else 300)
         while next_line(lines, 1.0) != "consumer: assigned":
             if procs.consumer.poll() is not None or time.monotonic() > subscribed_by:
                 raise RunError("the consumer got no partitions:\n" + tail(work / "consumer.err"))
-        procs.producers = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
+        procs.producers = messaging.start(
+            messaging.module(
                 "hvbench_load.producers",
                 "--bootstrap",
-                procs.broker.bootstrap,
+                bootstrap,
                 "--data",
-                args.data,
+                paths.data,
                 "--calibration",
-                str(work / "calibration.json"),
+                f"{paths.work}/calibration.json",
                 "--records",
                 str(args.records),
                 "--period-ms",
@@ -381,11 +577,10 @@ def run(args: argparse.Namespace) -> int:
                 "--malformed",
                 str(args.malformed),
                 "--out",
-                str(work / "sent.csv"),
-            ],
+                f"{paths.work}/sent.csv",
+            ),
             stdout=open(work / "producers.out", "wb"),  # noqa: SIM115 — the child's until the end
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
         last = send_offset_ns(
             -(-args.records // 6) - 1, round(args.period_ms * 1e6), round(args.ramp_s * 1e9)
@@ -393,7 +588,7 @@ def run(args: argparse.Namespace) -> int:
         expected_s = last / 1e9 + args.period_ms / 1000
         log(f"producers started: about {expected_s:.0f} s of sending")
         started = time.monotonic()
-        cpu_at_start = tuning.CpuTimes.now()
+        cpu_at_start = {m.name: cpu_times(m) for m in {messaging, realtime}}
         drain_deadline = None
         while procs.consumer.poll() is None:
             line = next_line(lines, 0.2)
@@ -401,13 +596,17 @@ def run(args: argparse.Namespace) -> int:
                 relay_line(line, expect, started)
             if procs.producers.poll() is not None and drain_deadline is None:
                 drain_deadline = time.monotonic() + args.drain_s
-                meta_doc["steal_while_sending"] = tuning.steal_between(
-                    cpu_at_start, tuning.CpuTimes.now()
-                )
+                steal = {
+                    name: tuning.steal_between(before, cpu_times(m))
+                    for m in {messaging, realtime}
+                    for name, before in [(m.name, cpu_at_start[m.name])]
+                }
+                # one machine: as before, the figure itself; several: one per machine
+                meta_doc["steal_while_sending"] = steal if testbed else steal[messaging.name]
             if procs.job.poll() is not None:
                 raise RunError(f"the Flink job died during the run:\n{tail(work / 'job.out')}")
             if drain_deadline is not None and time.monotonic() > drain_deadline:
-                procs.consumer.send_signal(signal.SIGTERM)
+                ask_to_stop(procs.consumer)
                 procs.consumer.wait(60)
         if sys.stdout.isatty():
             print()
@@ -416,15 +615,26 @@ def run(args: argparse.Namespace) -> int:
             raise RunError("the producers failed:\n" + tail(work / "producers.out"))
         if procs.consumer.returncode != 0:
             raise RunError("the consumer failed:\n" + tail(work / "consumer.err"))
-        meta_doc["sched_at_end"] = final_sched_readback(setting, jvm_pid, procs)
+        if testbed:
+            meta_doc["sched_at_end"] = vcpu_sched_json(testbed, "read")
+        else:
+            meta_doc["sched_at_end"] = final_sched_readback(setting, jvm_pid, procs)
     except KeyboardInterrupt:
         interrupted = True
         log(f"interrupted: tearing everything down (partial files stay in {work})")
     finally:
-        broker_description = procs.broker.describe() if procs.broker else None
         teardown(procs)
-        cpu_latency.close()
-        log("torn down: " + (", ".join(procs.stopped) or "nothing was left running") + ", Kafka")
+        if cpu_latency is not None:
+            cpu_latency.close()
+        if procs.vcpu_setting_on is not None:
+            try:
+                vcpu_sched_json(testbed, "reset")
+                procs.stopped.append("vCPU setting reset")
+            except (RunError, TestbedError) as e:
+                log(f"resetting the vCPU setting failed: {e} (run make vcpu-sched ACTION=reset)")
+        log("torn down: " + (", ".join(procs.stopped) or "nothing was left running"))
+        if testbed:
+            fetch_run_files({messaging, realtime}, paths.work, work)
     if interrupted:
         return 130
 
@@ -440,19 +650,30 @@ def run(args: argparse.Namespace) -> int:
     shutil.copy(work / "dead_letters.jsonl", results / "dead_letters.jsonl")
     logs = results / "logs"
     logs.mkdir()
-    for name in ("job.out", "producers.out", "consumer.err", "kafka/broker.log"):
+    for name in ("job.out", "producers.out", "consumer.err", "broker.err", "kafka/broker.log"):
         if (work / name).exists():
             shutil.copy(work / name, logs / Path(name).name)
     for f in (work / "flink-log").glob("*.log"):
         shutil.copy(f, logs / f.name)
+    if testbed:
+        facts = testbed_facts(testbed, paths)
+        host_doc, versions = facts, facts["realtime"]["versions"]
+        model_checksum = facts["realtime"].get("model_checksum")
+        stamps_where = f"in {messaging.name}"
+    else:
+        host_doc, versions = meta.collect_host(), meta.collect_versions()
+        model_checksum = json.loads((Path(args.model) / "manifest.json").read_text()).get(
+            "checksum"
+        )
+        stamps_where = "on this machine"
     latency = accounting.latency_stats(samples)
     meta_doc.update(
         {
             "ended_at": datetime.now(UTC).isoformat(),
             "clock": {
                 "tsc": calibration.as_dict(),
-                "stamps": "TSC ns, one calibration shared by "
-                "producers and consumer on this machine",
+                "stamps": "TSC ns, one calibration shared by producers and consumer "
+                + stamps_where,
             },
             "counts": counts.as_dict(),
             "latency": latency,
@@ -461,9 +682,9 @@ def run(args: argparse.Namespace) -> int:
             "kafka": broker_description,
             "clients": {"producer": PRODUCER_CONFIG, "consumer": CONSUMER_CONFIG},
             "job": json.loads((work / "job-settings.json").read_text()),
-            "model": json.loads((Path(args.model) / "manifest.json").read_text()).get("checksum"),
-            "host": meta.collect_host(),
-            "versions": meta.collect_versions(),
+            "model": model_checksum,
+            "host": host_doc,
+            "versions": versions,
             "git": meta.collect_git(),
             "files": {
                 "samples": "samples.csv",
@@ -524,8 +745,15 @@ def print_summary(
             f"p50 {latency['p50_ms']:.2f} ms  p99 {latency['p99_ms']:.2f} ms  "
             f"p99.9 {latency['p99.9_ms']:.2f} ms  max {latency['max_ms']:.2f} ms"
         )
-    if steal and steal["steal_s"] > 0:
-        print(f"  the hypervisor took {steal['steal_pct']:.2f} % of CPU time while sending (steal)")
+    # one figure for this machine, or one per machine of a testbed
+    per_machine = {"": steal} if steal and "steal_s" in steal else (steal or {})
+    for name, figure in per_machine.items():
+        if figure["steal_s"] > 0:
+            where = f" from {name}" if name else ""
+            print(
+                f"  the hypervisor took {figure['steal_pct']:.2f} % of CPU time{where} "
+                "while sending (steal)"
+            )
     if counts.accounted:
         print("  every record accounted for")
     else:
@@ -536,7 +764,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return run(args)
-    except (RunError, ValueError, sched.SchedUnavailable, tuning.TuningError) as e:
+    except (
+        RunError,
+        ValueError,
+        sched.SchedUnavailable,
+        tuning.TuningError,
+        TestbedError,
+        tsc_timer.TscUnavailable,
+    ) as e:
         print(f"make run: {e}", file=sys.stderr)
         return 1
 

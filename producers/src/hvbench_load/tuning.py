@@ -113,7 +113,11 @@ class CpuTimes:
 
     @classmethod
     def now(cls, stat: Path = Path("/proc/stat")) -> CpuTimes:
-        fields = stat.read_text().split("\n", 1)[0].split()
+        return cls.parse(stat.read_text())
+
+    @classmethod
+    def parse(cls, stat: str) -> CpuTimes:
+        fields = stat.split("\n", 1)[0].split()
         values = [int(v) for v in fields[1:9]]  # user … steal; guest time is already in user
         return cls(total=sum(values), steal=values[7])
 

@@ -1,0 +1,175 @@
+"""Where the parts of a run execute: this machine, or a machine of a provisioned testbed
+reached over SSH.
+
+On the bare target every part runs here. On a KVM testbed the broker, the producers and the
+consumer run in the messaging VM, the Flink job in the real-time VM, and the scheduler setting
+is applied on the host; the harness stays on the controller and starts each part over SSH.
+Which machines those are, and how to reach them, comes from the Ansible inventory through
+playbooks/testbed.yml (the guests are reached through their host).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+class TestbedError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    ssh: tuple[str, ...] = ()  # empty: this machine
+    python: str = sys.executable
+    sudo: bool = False  # an SSH user other than root runs root's commands through sudo
+    cpus: str = ""  # taskset CPU list for the run's parts there (empty: any CPU)
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.ssh)
+
+    def command(self, args: list[str], root: bool = False) -> list[str]:
+        args = [str(a) for a in args]
+        if root and self.sudo:
+            args = ["sudo", "-n", *args]
+        return [*self.ssh, shlex.join(args)] if self.ssh else args
+
+    def module(self, module: str, *args: str) -> list[str]:
+        return [self.python, "-m", module, *[str(a) for a in args]]
+
+    def start(self, args: list[str], **popen_kwargs) -> subprocess.Popen:
+        """A part that runs until asked to stop, in its own process group. There, it is
+        tethered to the SSH connection (hvbench_load.tethered): closing the returned process's
+        stdin stops it on the far side, as does a lost connection."""
+        if self.cpus:
+            args = ["taskset", "-c", self.cpus, *args]
+        if not self.ssh:
+            return subprocess.Popen(args, start_new_session=True, **popen_kwargs)
+        tethered = self.module("hvbench_load.tethered", "--", *args)
+        return subprocess.Popen(
+            self.command(tethered), stdin=subprocess.PIPE, start_new_session=True, **popen_kwargs
+        )
+
+    def run(
+        self, args: list[str], timeout: float = 600, root: bool = False, check: bool = True
+    ) -> subprocess.CompletedProcess:
+        try:
+            proc = subprocess.run(
+                self.command(args, root=root),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise TestbedError(
+                f"{self.name}: `{shlex.join(args)}` took over {timeout:.0f} s"
+            ) from None
+        if check and proc.returncode != 0:
+            raise TestbedError(
+                f"{self.name}: `{shlex.join(args)}` failed ({proc.returncode}): "
+                + (proc.stderr.strip() or proc.stdout.strip())[-2000:]
+            )
+        return proc
+
+    def fetch(self, directory: str, into: Path, timeout: float = 600) -> None:
+        """Copy a directory's contents from the machine into a local directory."""
+        into.mkdir(parents=True, exist_ok=True)
+        if not self.ssh:
+            subprocess.run(["cp", "-a", f"{directory}/.", str(into)], check=True)
+            return
+        with subprocess.Popen(
+            self.command(["tar", "-C", directory, "-cf", "-", "."]),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+        ) as sender:
+            unpacked = subprocess.run(
+                ["tar", "-C", str(into), "-xf", "-"], stdin=sender.stdout, timeout=timeout
+            )
+        if sender.returncode != 0 or unpacked.returncode != 0:
+            raise TestbedError(f"{self.name}: copying {directory} back failed")
+
+
+def ssh_command(conn: dict) -> tuple[str, ...]:
+    """ssh's argument list for one inventory host (its Ansible connection variables)."""
+    args = ["ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15"]
+    if conn.get("port"):
+        args += ["-p", str(conn["port"])]
+    if conn.get("key"):
+        args += ["-i", conn["key"]]
+    args += shlex.split(conn.get("ssh_args") or "")
+    user = conn.get("user") or "root"
+    return (*args, f"{user}@{conn['address']}")
+
+
+@dataclass(frozen=True)
+class Testbed:
+    """The machines of a provisioned KVM testbed, as playbooks/testbed.yml found them."""
+
+    __test__ = False  # not a test class, despite its name
+
+    host: Machine
+    messaging: Machine
+    realtime: Machine
+    messaging_address: str  # the broker listens here, on the guests' private network
+    realtime_domain: str
+    install_dir: str
+    work_dir: str
+    host_facts: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Testbed:
+        def machine(role: str) -> Machine:
+            conn = doc[role]
+            return Machine(
+                name=f"{role} ({conn['name']})",
+                ssh=ssh_command(conn),
+                python=f"{doc['install_dir']}/venv/bin/python",
+                sudo=(conn.get("user") or "root") != "root",
+                cpus=str(conn.get("workload_cpus") or ""),
+            )
+
+        return cls(
+            host=machine("host"),
+            messaging=machine("messaging"),
+            realtime=machine("realtime"),
+            messaging_address=doc["messaging"]["private_address"],
+            realtime_domain=doc["realtime_domain"],
+            install_dir=doc["install_dir"],
+            work_dir=doc["work_dir"],
+            host_facts=doc.get("host_facts", {}),
+        )
+
+
+def resolve(inventory: str, out: Path) -> Testbed:
+    """Ask Ansible for the testbed of `inventory` (and check that it is provisioned)."""
+    cmd = [
+        "ansible-playbook",
+        "-i",
+        inventory,
+        "-e",
+        f"testbed_file={out.resolve()}",
+        str(REPO / "playbooks/testbed.yml"),
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )
+    if proc.returncode != 0 or not out.exists():
+        raise TestbedError(
+            f"the testbed of {inventory} is not ready (is it provisioned? `make provision`):\n"
+            + "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        )
+    return Testbed.from_json(json.loads(out.read_text()))

@@ -1,0 +1,207 @@
+"""The pieces that let the harness run parts on other machines: the tether, the machine
+abstraction, the served broker, and the kvm target's refusals. The SSH path itself runs for
+real in playbooks/tests/test_provision_kvm.py."""
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from hvbench_load import run
+from hvbench_load.testbed import Machine, Testbed, ssh_command
+
+REPO = Path(__file__).resolve().parents[2]
+LIBS = REPO / "build" / "kafka" / "libs"
+
+
+def tethered(*command: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "hvbench_load.tethered", "--", *command],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+        **kwargs,
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purposes
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_closing_the_tether_ends_the_command_and_its_children(tmp_path):
+    pidfile = tmp_path / "pid"
+    proc = tethered("sh", "-c", f"sleep 300 & echo $! > {pidfile}; wait")
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    grandchild = int(pidfile.read_text())
+    assert alive(grandchild)
+    proc.stdin.close()
+    assert proc.wait(10) == 128 + 15  # SIGTERM, as the shell reports it
+    deadline = time.monotonic() + 5
+    while alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(grandchild)
+
+
+def test_the_tether_passes_the_exit_code_on():
+    proc = tethered("sh", "-c", "exit 3")
+    assert proc.wait(10) == 3
+
+
+def test_sigterm_to_the_tether_ends_the_command():
+    proc = tethered("sleep", "300")
+    time.sleep(0.5)
+    proc.terminate()
+    assert proc.wait(10) == 128 + 15
+
+
+def test_a_local_machine_runs_and_fetches(tmp_path):
+    here = Machine("here")
+    assert not here.remote
+    assert here.run(["echo", "a b"]).stdout == "a b\n"
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "f.csv").write_text("x\n")
+    here.fetch(str(tmp_path / "src"), tmp_path / "dst")
+    assert (tmp_path / "dst" / "f.csv").read_text() == "x\n"
+
+
+def test_a_machines_cpus_bind_the_parts_it_starts():
+    pinned = Machine("here", cpus="0")
+    proc = pinned.start(["grep", "Cpus_allowed_list", "/proc/self/status"], stdout=subprocess.PIPE)
+    out, _ = proc.communicate(timeout=10)
+    assert out.decode().split() == ["Cpus_allowed_list:", "0"]
+
+
+def test_a_remote_command_is_one_quoted_argument_after_ssh():
+    there = Machine("vm", ssh=("ssh", "root@10.0.0.1"), python="/opt/hvbench/venv/bin/python")
+    cmd = there.command(["echo", "a b", "$HOME"])
+    assert cmd[:2] == ["ssh", "root@10.0.0.1"]
+    assert shlex.split(cmd[2]) == ["echo", "a b", "$HOME"]
+    sudo = Machine("host", ssh=("ssh", "me@h"), sudo=True)
+    assert shlex.split(sudo.command(["hvbench-vcpu-sched", "read"], root=True)[2])[:2] == [
+        "sudo",
+        "-n",
+    ]
+
+
+def test_ssh_commands_come_from_ansibles_connection_variables():
+    guest = {
+        "name": "hvbench-messaging",
+        "address": "192.168.123.10",
+        "port": 22,
+        "user": "root",
+        "key": "/k/id_ed25519",
+        "ssh_args": '-o StrictHostKeyChecking=no -o ProxyCommand="ssh -W %h:%p -p 2222 root@lab"',
+        "private_address": "192.168.123.10",
+    }
+    cmd = ssh_command(guest)
+    assert cmd[-1] == "root@192.168.123.10"
+    assert "ProxyCommand=ssh -W %h:%p -p 2222 root@lab" in cmd
+    assert cmd[cmd.index("-i") + 1] == "/k/id_ed25519"
+    host = {**guest, "name": "lab", "address": "lab", "user": "admin", "ssh_args": ""}
+    testbed = Testbed.from_json(
+        {
+            "host": host,
+            "messaging": guest,
+            "realtime": {**guest, "address": "192.168.123.11"},
+            "realtime_domain": "hvbench-realtime",
+            "install_dir": "/opt/hvbench",
+            "work_dir": "/var/lib/hvbench/work",
+        }
+    )
+    assert testbed.messaging_address == "192.168.123.10"
+    assert testbed.host.sudo and not testbed.messaging.sudo
+    assert testbed.realtime.python == "/opt/hvbench/venv/bin/python"
+    assert testbed.realtime.ssh[-1] == "root@192.168.123.11"
+
+
+def test_a_served_broker_reports_itself_and_stops_when_the_tether_closes(tmp_path):
+    proc = tethered(
+        sys.executable,
+        "-m",
+        "hvbench_load.broker",
+        "--libs",
+        str(LIBS),
+        "--work",
+        str(tmp_path / "kafka"),
+        "--host",
+        "127.0.0.1",
+        "--topics",
+        "input,output,dead-letter",
+        stdout=subprocess.PIPE,
+    )
+    try:
+        described = json.loads(proc.stdout.readline())
+        topics = AdminClient({"bootstrap.servers": described["bootstrap"]}).list_topics(timeout=10)
+        assert {"input", "output", "dead-letter"} <= set(topics.topics)
+        assert described["properties"]["listeners"].startswith("PLAINTEXT://127.0.0.1:")
+    finally:
+        proc.stdin.close()
+        assert proc.wait(60) == 0  # the broker's controlled shutdown
+    host, port = described["bootstrap"].split(":")
+    with pytest.raises(OSError):
+        socket.create_connection((host, int(port)), timeout=2)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--sched", "rtds", "--budget", "1000"], "unknown SCHED 'rtds' for target kvm"),
+        (["--sched", "cfs", "--budget", "120000"], "> PERIOD"),
+        (["--sched", "deadline-quota"], "unknown SCHED"),
+        (["--sched", "fifo"], "SCHED=fifo needs PRIORITY"),
+        (["--sched", "cfs", "--budget", "50000", "--priority", "5"], "PRIORITY has no meaning"),
+        (["--sched", "none", "--cpu-latency", "0"], "CPU_LATENCY is for the bare target"),
+        (["--sched", "none"], "TARGET=kvm needs the testbed"),
+    ],
+)
+def test_bad_kvm_settings_are_refused_before_anything_is_touched(args, expected, tmp_path, capsys):
+    inventory = [] if expected.startswith("TARGET=kvm") else ["--inventory", "/nonexistent"]
+    code = run.main(
+        [
+            "--target",
+            "kvm",
+            *inventory,
+            *args,
+            "--work",
+            str(tmp_path / "w"),
+            "--results",
+            str(tmp_path / "r"),
+        ]
+    )
+    assert code == 1
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "w").exists() and not (tmp_path / "r").exists()
+
+
+def test_make_run_on_kvm_refuses_a_bad_setting_before_asking_ansible():
+    proc = subprocess.run(
+        [
+            "make",
+            "-s",
+            "run",
+            "TARGET=kvm",
+            "HOST=nonexistent.invalid",
+            "SCHED=cfs",
+            "BUDGET=200000",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "BUDGET 200000 us > PERIOD 100000 us" in proc.stderr
+    assert "ansible" not in (proc.stdout + proc.stderr).lower()
