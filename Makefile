@@ -46,6 +46,12 @@ INVENTORY ?= inventory/sample
 # fifo with BUDGET/PERIOD, or PRIORITY for fifo); the readback goes to build/vcpu-sched.json.
 ACTION    ?= apply
 PRIORITY  ?=
+# make xen-sched: the same on a Xen host, SCHED=rtds|credit|credit2 with BUDGET/PERIOD/EXTRATIME
+# (rtds; EXTRATIME=0 by default, so the budget is a limit) or WEIGHT/CAP (credit, credit2);
+# the readback goes to build/xen-sched.json.
+EXTRATIME ?=
+WEIGHT    ?=
+CAP       ?=
 
 KAFKA_LIBS := build/kafka/libs
 FLINK_LIB  := build/flink/lib
@@ -65,21 +71,26 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
 .PHONY: help venv java browser kafka flink-connector data train run report test lint bench clean \
-	provision teardown vcpu-sched controller-tools testbed-tools one-off-inventory guest-bundle
+	provision teardown vcpu-sched xen-sched xen-hypervisor controller-tools testbed-tools one-off-inventory guest-bundle
 
 help:
 	@echo "make run     the experiment on this machine: TARGET=bare SCHED=none|deadline|cfs-quota"
 	@echo "             [BUDGET=us PERIOD=us] RECORDS=20000 SEND_MS=100 (per producer)"
 	@echo "             or on a provisioned testbed: TARGET=kvm HOST=host (or INVENTORY=dir)"
 	@echo "             SCHED=none|cfs|deadline|fifo [BUDGET=us PERIOD=us PRIORITY=n]"
+	@echo "             or TARGET=xen SCHED=rtds|credit|credit2 [BUDGET PERIOD EXTRATIME | WEIGHT CAP]"
 	@echo "             WARMUP=10 (s) RAMP=0 (s, within WARMUP) MALFORMED=0 RUN_ID=..."
 	@echo "             CPU_LATENCY=auto|off|us (C-states held during the run; auto = 0 us as root)"
 	@echo "make report  figures and tables of the runs in results/ into $(OUT)/index.html:"
 	@echo "             RUNS='a,rtds-*' REF=sched=credit DEADLINE_MS=50 XLIM_MS=100"
-	@echo "make provision HOST=host TARGET=kvm   a bare Debian/Ubuntu host becomes a KVM testbed"
-	@echo "             (or the hosts in INVENTORY=inventory/sample); make teardown removes the guests"
+	@echo "make provision HOST=host TARGET=kvm|xen   a bare Debian/Ubuntu host becomes a KVM or Xen"
+	@echo "             testbed (or the hosts in INVENTORY=inventory/sample); make teardown removes"
+	@echo "             the guests. Xen: XEN_BUILD=controller|host builds the RTDS hypervisor"
 	@echo "make vcpu-sched HOST=host SCHED=none|cfs|deadline|fifo [BUDGET=us PERIOD=us PRIORITY=n]"
 	@echo "             ACTION=apply|read|reset: the real-time VM's vCPUs, read back to build/"
+	@echo "make xen-sched HOST=host SCHED=rtds|credit|credit2 [BUDGET PERIOD EXTRATIME | WEIGHT CAP]"
+	@echo "             ACTION=apply|read|reset: the real-time VM's cpupool and scheduler on Xen"
+	@echo "make xen-hypervisor  build the Xen hypervisor with RTDS from Debian's source into build/xen"
 	@echo "make data    generate a month of PeMS-layout traffic data into $(DATA_DIR)"
 	@echo "make train   train the LSTM and the baselines, export for serving, into $(MODEL_DIR)"
 	@echo "make test    lint and run every test"
@@ -129,11 +140,12 @@ train: $(STAMP)
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
 	$(PY) -m hvbench_job.forecast.train --data $(DATA_DIR) --out $(MODEL_DIR) --seed $(SEED) $(if $(EPOCHS),--epochs $(EPOCHS))
 
-# TARGET=bare runs everything here; TARGET=kvm runs in the guests of a provisioned testbed
-# (HOST= or INVENTORY=), with the harness here.
+# TARGET=bare runs everything here; TARGET=kvm or xen runs in the guests of a provisioned
+# testbed (HOST= or INVENTORY=), with the harness here.
 RUN_ARGS = --target $(TARGET) --sched $(SCHED) \
 	$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
-	$(if $(PRIORITY),--priority $(PRIORITY)) \
+	$(if $(PRIORITY),--priority $(PRIORITY)) $(if $(EXTRATIME),--extratime $(EXTRATIME)) \
+	$(if $(WEIGHT),--weight $(WEIGHT)) $(if $(CAP),--cap $(CAP)) \
 	--records $(RECORDS) --period-ms $(SEND_MS) --warmup-s $(WARMUP) --ramp-s $(RAMP) \
 	--malformed $(MALFORMED) --cpu-latency $(CPU_LATENCY) $(if $(RUN_ID),--run-id $(RUN_ID)) \
 	--results $(RESULTS) \
@@ -188,10 +200,23 @@ $(GUEST_BUNDLE): $(STAMP) $(KAFKA_LIBS)/.resolved $(FLINK_LIB)/.resolved constra
 	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --exclude=.resolved \
 		-C $(BUNDLE_DIR) -cf $@.tmp . && mv $@.tmp $@ && rm -rf $(BUNDLE_DIR)
 
-provision: $(STAMP) controller-tools one-off-inventory $(GUEST_BUNDLE)
-	@case "$(TARGET)" in kvm) ;; *) echo "make provision: TARGET=kvm (xen comes next); got TARGET=$(TARGET)" >&2; exit 1;; esac
+# The Xen hypervisor with RTDS, built from the distribution's source package (registries only).
+# XEN_BUILD=controller builds it here, once, and provisioning copies it to the host; the
+# controller must run the host's distribution release. XEN_BUILD=host builds it on the host.
+XEN_BUILD ?= controller
+XEN_DIR   ?= build/xen
+xen-hypervisor: $(XEN_DIR)/xen-rtds.gz
+$(XEN_DIR)/xen-rtds.gz: roles/xen_host/files/build-xen-hypervisor
+	roles/xen_host/files/build-xen-hypervisor $(XEN_DIR)
+
+PROVISION_DEPS_kvm =
+PROVISION_DEPS_xen = $(if $(filter controller,$(XEN_BUILD)),$(XEN_DIR)/xen-rtds.gz)
+provision: $(STAMP) controller-tools one-off-inventory $(GUEST_BUNDLE) $(PROVISION_DEPS_$(TARGET))
+	@case "$(TARGET)" in kvm|xen) ;; *) echo "make provision: TARGET=kvm or xen; got TARGET=$(TARGET)" >&2; exit 1;; esac
+	@case "$(XEN_BUILD)" in controller|host) ;; *) echo "make provision: XEN_BUILD=controller or host; got $(XEN_BUILD)" >&2; exit 1;; esac
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/provision.yml \
-		-e hvbench_guest_bundle=$(abspath $(GUEST_BUNDLE))
+		-e hvbench_guest_bundle=$(abspath $(GUEST_BUNDLE)) \
+		$(if $(PROVISION_DEPS_$(TARGET)),-e xen_host_prebuilt_dir=$(abspath $(XEN_DIR)))
 
 teardown: $(STAMP) one-off-inventory
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/teardown.yml
@@ -205,6 +230,18 @@ vcpu-sched: $(STAMP) one-off-inventory
 		-e vcpu_sched_action=$(ACTION) -e vcpu_sched=$(SCHED) -e vcpu_sched_budget=$(BUDGET) \
 		-e vcpu_sched_period=$(PERIOD) -e vcpu_sched_priority=$(PRIORITY) \
 		-e vcpu_sched_readback_file=$(CURDIR)/build/vcpu-sched.json
+
+# The same for a Xen host: the real-time VM's cpupool and scheduler (xl, read back).
+xen-sched: $(STAMP) one-off-inventory
+	$(PY) -m hvbench_load.xen_sched validate --sched $(SCHED) \
+		$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
+		$(if $(EXTRATIME),--extratime $(EXTRATIME)) $(if $(WEIGHT),--weight $(WEIGHT)) \
+		$(if $(CAP),--cap $(CAP))
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/xen-sched.yml \
+		-e xen_sched_action=$(ACTION) -e xen_sched=$(SCHED) -e xen_sched_budget=$(BUDGET) \
+		-e xen_sched_period=$(PERIOD) -e xen_sched_extratime=$(EXTRATIME) \
+		-e xen_sched_weight=$(WEIGHT) -e xen_sched_cap=$(CAP) \
+		-e xen_sched_readback_file=$(CURDIR)/build/xen-sched.json
 
 report: $(STAMP)
 	$(PY) -m hvbench_analysis.report --results $(RESULTS) --out $(OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))

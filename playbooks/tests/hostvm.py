@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -23,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 SUITE = "bookworm"
 # What a fresh Debian host has, plus what the kvm_host role would install (see above).
 BASE_PACKAGES = [
@@ -51,16 +54,27 @@ ROLE_PACKAGES = [
 # What the guest roles (kafka, flink, producers) install with apt: in the tests the host VM
 # itself runs the workload (see test_provision_kvm.py).
 GUEST_ROLE_PACKAGES = ["openjdk-17-jre-headless", "python3-venv", "libpython3.11"]
+# What the xen_host and xen_guests roles install with apt, and GRUB: the Xen host boots through
+# its own GRUB configuration (see build_image). dbus, as on any installed host: the role reboots
+# it, and systemd's shutdown asks logind over D-Bus.
+XEN_PACKAGES = [
+    *("xen-system-amd64", "xen-tools", "dnsmasq-base", "iptables", "qemu-utils"),
+    *("grub2-common", "grub-pc-bin", "dbus"),
+]
 IMAGE_SIZE = "12G"  # sparse: the host keeps guest images too
 LAYOUT = 1  # bump when the way the image is made changes
+# GRUB's own modules, in the core image that QEMU loads; the rest come from /boot/grub.
+GRUB_CORE_MODULES = ["biosdisk", "ext2", "part_msdos", "part_gpt", "normal", "configfile"]
 
 
 class HostVMError(RuntimeError):
     pass
 
 
-def image_key(pubkey: str, packages: list[str]) -> str:
+def image_key(pubkey: str, packages: list[str], grub: bool) -> str:
     recipe = {"suite": SUITE, "packages": sorted(packages), "pubkey": pubkey, "layout": LAYOUT}
+    if grub:
+        recipe["grub"] = GRUB_CORE_MODULES
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -75,12 +89,19 @@ def ssh_key(cache: Path) -> Path:
     return key
 
 
-def build_image(cache: Path, packages: list[str] | None = None) -> Path:
-    """The host image directory (disk, kernel, initrd), built once per content key."""
+def build_image(cache: Path, packages: list[str] | None = None, grub: bool = False) -> Path:
+    """The host image directory (disk, kernel, initrd), built once per content key.
+
+    With grub, the image also boots through GRUB, as a real host does, so that a role can change
+    GRUB's configuration and reboot: QEMU loads GRUB's core image (grub.lnx: lnxboot.img and a
+    core.img made from the image's own GRUB), which reads /boot/grub/grub.cfg from the disk. The
+    image has no partition table and no boot sector; everything after that is the host's own
+    GRUB. Until update-grub runs on the host, grub.cfg boots the image's kernel.
+    """
     packages = packages or BASE_PACKAGES + ROLE_PACKAGES + GUEST_ROLE_PACKAGES
     key = ssh_key(cache)
     pubkey = key.with_suffix(".pub").read_text().strip()
-    out = cache / f"host-{image_key(pubkey, packages)}"
+    out = cache / f"host-{image_key(pubkey, packages, grub)}"
     if (out / "done").exists():
         return out
     shutil.rmtree(out, ignore_errors=True)
@@ -108,12 +129,58 @@ def build_image(cache: Path, packages: list[str] | None = None) -> Path:
         boot = root / "boot"
         shutil.copy(next(boot.glob("vmlinuz-*")), out / "vmlinuz")
         shutil.copy(next(boot.glob("initrd.img-*")), out / "initrd.img")
+        if grub:
+            _install_grub(root, out / "grub.lnx")
         subprocess.run(
             ["mke2fs", "-q", "-t", "ext4", "-d", str(root), str(out / "disk.raw"), IMAGE_SIZE],
             check=True,
         )
     (out / "done").write_text("")
     return out
+
+
+def _install_grub(root: Path, loader: Path) -> None:
+    """What grub-install would put in /boot/grub, a first grub.cfg, and the loader for QEMU."""
+    grub = root / "boot" / "grub"
+    shutil.copytree(root / "usr/lib/grub/i386-pc", grub / "i386-pc")
+    kernel = next((root / "boot").glob("vmlinuz-*")).name
+    initrd = next((root / "boot").glob("initrd.img-*")).name
+    (grub / "grub.cfg").write_text(
+        "set timeout=0\n"
+        "menuentry 'Debian (image)' {\n"
+        f"\tlinux /boot/{kernel} root=/dev/vda rw console=ttyS0\n"
+        f"\tinitrd /boot/{initrd}\n"
+        "}\n"
+    )
+    # The host's own update-grub keeps these: Linux on the serial console, no menu delay.
+    # /etc/default/grub as grub-pc's postinst makes it (grub-pc itself would run grub-install)
+    defaults = root / "etc/default/grub"
+    if not defaults.exists():
+        shutil.copy(root / "usr/share/grub/default/grub", defaults)
+    text = defaults.read_text()
+    for name, value in (("GRUB_TIMEOUT", "0"), ("GRUB_CMDLINE_LINUX", '"console=ttyS0"')):
+        text = re.sub(rf"(?m)^{name}=.*$", f"{name}={value}", text)
+    defaults.write_text(text + "GRUB_TERMINAL=console\n")
+    subprocess.run(
+        [
+            "chroot",
+            str(root),
+            "grub-mkimage",
+            "-O",
+            "i386-pc",
+            "-o",
+            "/tmp/core.img",
+            "-p",
+            "(hd0)/boot/grub",
+            *GRUB_CORE_MODULES,
+        ],
+        check=True,
+    )
+    loader.write_bytes(
+        (root / "usr/lib/grub/i386-pc/lnxboot.img").read_bytes()
+        + (root / "tmp/core.img").read_bytes()
+    )
+    (root / "tmp/core.img").unlink()
 
 
 def free_port() -> int:
@@ -125,9 +192,11 @@ def free_port() -> int:
 class HostVM:
     """Boots the image under TCG with SSH forwarded to 127.0.0.1:<port>."""
 
-    def __init__(self, image: Path, work: Path, cpus: int = 3, memory_mb: int = 6144) -> None:
+    def __init__(
+        self, image: Path, work: Path, cpus: int = 3, memory_mb: int = 6144, cpu: str = "max"
+    ) -> None:
         self.image, self.work = image, work
-        self.cpus, self.memory_mb = cpus, memory_mb
+        self.cpus, self.memory_mb, self.cpu = cpus, memory_mb, cpu
         self.port = free_port()
         self.key = image.parent / "id_ed25519"
         self.process: subprocess.Popen | None = None
@@ -164,23 +233,12 @@ class HostVM:
                 "-accel",
                 "tcg,thread=multi",
                 "-cpu",
-                "max",
+                self.cpu,
                 "-smp",
                 str(self.cpus),
                 "-m",
                 str(self.memory_mb),
-                "-kernel",
-                str(self.image / "vmlinuz"),
-                "-initrd",
-                str(self.image / "initrd.img"),
-                # npt=0: with nested paging, the first nested guest panicked this host's
-                # kernel (stack guard page hit in the vCPU thread) under TCG's emulated SVM
-                "-append",
-                # vgif=0: twice the host hung with its vCPUs spinning in KVM's interrupt
-                # delivery soon after its nested guests started; without virtual GIF, KVM
-                # gates interrupts with plain CLGI/STGI, the older path of TCG's SVM
-                "root=/dev/vda rw console=ttyS0 net.ifnames=1 kvm_amd.npt=0 kvm_amd.vgif=0 "
-                "sysrq_always_enabled=1",
+                *self._boot_args(),
                 "-drive",
                 f"file={overlay},if=virtio,format=qcow2",
                 "-netdev",
@@ -205,6 +263,24 @@ class HostVM:
         except BaseException:
             self.kill()  # never leave a QEMU behind
             raise
+
+    def _boot_args(self) -> list[str]:
+        if (self.image / "grub.lnx").exists():
+            return ["-kernel", str(self.image / "grub.lnx")]  # GRUB reads the disk's grub.cfg
+        return [
+            "-kernel",
+            str(self.image / "vmlinuz"),
+            "-initrd",
+            str(self.image / "initrd.img"),
+            # npt=0: with nested paging, the first nested guest panicked this host's kernel
+            # (stack guard page hit in the vCPU thread) under TCG's emulated SVM.
+            # vgif=0: twice the host hung with its vCPUs spinning in KVM's interrupt delivery
+            # soon after its nested guests started; without virtual GIF, KVM gates interrupts
+            # with plain CLGI/STGI, the older path of TCG's SVM.
+            "-append",
+            "root=/dev/vda rw console=ttyS0 net.ifnames=1 kvm_amd.npt=0 kvm_amd.vgif=0 "
+            "sysrq_always_enabled=1",
+        ]
 
     def _wait_for_ssh(self, timeout: float) -> None:
         assert self.process is not None
@@ -316,3 +392,31 @@ class HostVM:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def run_playbook(
+    vm: HostVM, inventory: Path, extra: Path, name: str, *extra_args: str
+) -> tuple[int, str, dict]:
+    """ansible-playbook playbooks/<name> against the host VM: exit code, output (with the end
+    of the host's console when it failed) and the recap's counts for the host."""
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_TIMEOUT": "60",  # the host is slow to answer while its guests boot
+    }
+    proc = subprocess.run(
+        ["ansible-playbook", "-i", str(inventory), "-e", f"@{extra}", *extra_args,
+         f"playbooks/{name}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )  # fmt: skip
+    recap = re.search(r"testhost\s+:\s+(.*)", proc.stdout)
+    counts = dict(re.findall(r"(\w+)=(\d+)", recap.group(1))) if recap else {}
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        out += "\n--- host console ---\n" + vm.console_tail()
+    return proc.returncode, out, {k: int(v) for k, v in counts.items()}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from hostvm import HostVM, build_image
+from hostvm import HostVM, build_image, run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
@@ -103,35 +103,8 @@ def host(tmp_path_factory, small_model, small_data):
 
 
 def playbook(host, name: str, *extra_args: str) -> tuple[int, str, dict]:
-    _, inventory, extra = host
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_TIMEOUT": "60",  # the host is slow to answer while nested guests boot
-    }
-    proc = subprocess.run(
-        [
-            "ansible-playbook",
-            "-i",
-            str(inventory),
-            "-e",
-            f"@{extra}",
-            *extra_args,
-            f"playbooks/{name}",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    recap = re.search(r"testhost\s+:\s+(.*)", proc.stdout)
-    counts = dict(re.findall(r"(\w+)=(\d+)", recap.group(1))) if recap else {}
-    out = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        out += "\n--- host console ---\n" + host[0].console_tail()
-    return proc.returncode, out, {k: int(v) for k, v in counts.items()}
+    vm, inventory, extra = host
+    return run_playbook(vm, inventory, extra, name, *extra_args)
 
 
 def on_host(host, command: str) -> str:

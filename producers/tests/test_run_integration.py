@@ -159,7 +159,8 @@ def test_nothing_is_left_running(plain_run):
     [
         (["--sched", "rtds", "--budget", "1000"], "unknown SCHED 'rtds'"),
         (["--sched", "cfs-quota", "--budget", "120000", "--period", "100000"], "> PERIOD"),
-        (["--target", "xen", "--sched", "rtds"], "unknown TARGET 'xen'"),
+        (["--target", "lxc", "--sched", "rtds"], "unknown TARGET 'lxc'"),
+        (["--sched", "none", "--cap", "153"], "EXTRATIME, WEIGHT and CAP are for TARGET=xen"),
         (["--cpu-latency", "low"], "CPU_LATENCY must be auto, off or microseconds"),
     ],
 )

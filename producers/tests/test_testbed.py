@@ -1,5 +1,5 @@
 """The pieces that let the harness run parts on other machines: the tether, the machine
-abstraction, the served broker, and the kvm target's refusals. The SSH path itself runs for
+abstraction, the served broker, and the kvm and xen targets' refusals. The SSH path itself runs for
 real in playbooks/tests/test_provision_kvm.py."""
 
 import json
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from hvbench_load import run
+from hvbench_load import run, vcpu_sched, xen_sched
 from hvbench_load.testbed import Machine, Testbed, ssh_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,6 +184,57 @@ def test_bad_kvm_settings_are_refused_before_anything_is_touched(args, expected,
     assert code == 1
     assert expected in capsys.readouterr().err
     assert not (tmp_path / "w").exists() and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--sched", "cfs", "--budget", "1000"], "unknown SCHED 'cfs' for target xen"),
+        (["--sched", "rtds", "--budget", "120000"], "SCHED=rtds: BUDGET 120000 us > PERIOD"),
+        (["--sched", "rtds", "--budget", "5000", "--cap", "50"], "SCHED=rtds has no CAP=50"),
+        (["--sched", "credit", "--budget", "5000"], "SCHED=credit has no BUDGET=5000"),
+        (["--sched", "credit2", "--weight", "0"], "WEIGHT 0 outside 1..65535"),
+        (["--sched", "rtds", "--budget", "5000", "--extratime", "2"], "EXTRATIME must be 0 or 1"),
+        (["--sched", "credit", "--priority", "5"], "PRIORITY is for SCHED=fifo on TARGET=kvm"),
+        (["--sched", "credit", "--cpu-latency", "0"], "CPU_LATENCY is for the bare target"),
+        (["--sched", "credit"], "TARGET=xen needs the testbed"),
+    ],
+)
+def test_bad_xen_settings_are_refused_before_anything_is_touched(args, expected, tmp_path, capsys):
+    inventory = [] if expected.startswith("TARGET=xen") else ["--inventory", "/nonexistent"]
+    argv = ["--target", "xen", *inventory, *args]
+    code = run.main([*argv, "--work", str(tmp_path / "w"), "--results", str(tmp_path / "r")])
+    assert code == 1
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "w").exists() and not (tmp_path / "r").exists()
+
+
+def test_the_host_tool_gets_the_setting_of_its_target():
+    def testbed(target: str) -> Testbed:
+        doc = {
+            "target": target,
+            "realtime_domain": "rt",
+            "realtime_pool": "hvbench-rt" if target == "xen" else "",
+            "install_dir": "/opt/hvbench",
+            "work_dir": "/w",
+            "messaging": {"name": "m", "address": "10.0.0.2", "private_address": "10.0.0.2"},
+        }
+        doc |= {role: {"name": role, "address": "10.0.0.1"} for role in ("host", "realtime")}
+        return Testbed.from_json(doc)
+
+    xen = run.vcpu_sched_command(
+        testbed("xen"), "apply", xen_sched.validate("rtds", 77500, extratime=1)
+    )
+    assert xen == [
+        *("hvbench-xen-sched", "apply", "--domain", "rt", "--pool", "hvbench-rt"),
+        *("--sched", "rtds", "--budget", "77500", "--period", "100000", "--extratime", "1"),
+    ]
+    credit = run.vcpu_sched_command(testbed("xen"), "check", xen_sched.validate("credit", cap=153))
+    assert credit[-6:] == ["--sched", "credit", "--weight", "256", "--cap", "153"]
+    kvm = run.vcpu_sched_command(testbed("kvm"), "apply", vcpu_sched.validate("fifo", priority=9))
+    assert kvm == [
+        *("hvbench-vcpu-sched", "apply", "--domain", "rt", "--sched", "fifo", "--priority", "9")
+    ]
 
 
 def test_make_run_on_kvm_refuses_a_bad_setting_before_asking_ansible():

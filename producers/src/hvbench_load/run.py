@@ -1,5 +1,5 @@
-"""`make run`: one experiment, on this machine (TARGET=bare) or on a provisioned KVM testbed
-(TARGET=kvm).
+"""`make run`: one experiment, on this machine (TARGET=bare) or on a provisioned KVM or Xen
+testbed (TARGET=kvm, TARGET=xen).
 
 Order: check the settings (nothing is started for a bad one) → calibrate the TSC → Kafka →
 the Flink job → a readiness probe through the job → the scheduler setting, read back →
@@ -7,14 +7,17 @@ consumer → producers → drain → tear down (also on Ctrl-C or error) → acc
 results/<run-id>/ → summary. The exit code is non-zero if anything failed or any record is
 unaccounted for.
 
-On a KVM testbed the harness stays here and starts each part over SSH (hvbench_load.testbed):
+On a testbed the harness stays here and starts each part over SSH (hvbench_load.testbed):
 Kafka, the producers and the consumer in the messaging VM (its TSC stamps both ends), the job in
-the real-time VM, and the scheduler setting on the real-time VM's vCPUs on the host
-(hvbench-vcpu-sched). Their files come back here at the end.
+the real-time VM, and the scheduler setting for the real-time VM on the host: its vCPU threads
+on KVM (hvbench-vcpu-sched), its cpupool and domain on Xen (hvbench-xen-sched). Their files
+come back here at the end.
 
     python -m hvbench_load.run --sched deadline --budget 20000 --period 100000
     python -m hvbench_load.run --target kvm --inventory inventory/lab/hosts.yml \
         --sched cfs --budget 77500
+    python -m hvbench_load.run --target xen --inventory inventory/lab/hosts.yml \
+        --sched rtds --budget 77500
 """
 
 from __future__ import annotations
@@ -34,13 +37,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import tsc_timer
-from hvbench_load import accounting, meta, probe, sched, tuning, vcpu_sched
+from hvbench_load import accounting, meta, probe, sched, tuning, vcpu_sched, xen_sched
 from hvbench_load.broker import KafkaBroker
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
 from hvbench_load.testbed import Machine, Testbed, TestbedError, resolve
 
-TARGETS = ("bare", "kvm")  # xen comes with its provisioning
+TARGETS = ("bare", "kvm", "xen")
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
 # Threads of the job's JVM that handle records (comm names, cut to 15 characters by the
 # kernel): the chained task of source + Python operator + sinks, the Kafka source's fetcher,
@@ -49,7 +52,7 @@ TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
 JOB_THREAD_PATTERNS = (r"^Source: kafka-", r"^Source Data Fet", r"^kafka-producer-")
 JOB_THREADS = 4
 # A JVM and a model inside a guest can be slow to start (very slow under emulation).
-READY_TIMEOUT_S = {"bare": 180.0, "kvm": 900.0}
+READY_TIMEOUT_S = {"bare": 180.0, "kvm": 900.0, "xen": 900.0}
 
 
 class RunError(RuntimeError):
@@ -91,12 +94,12 @@ class Processes:
     """Everything the run started, so teardown can find it."""
 
     broker: KafkaBroker | None = None  # bare: run here, in this process
-    remote_broker: subprocess.Popen | None = None  # kvm: in the messaging VM
+    remote_broker: subprocess.Popen | None = None  # testbeds: in the messaging VM
     job: subprocess.Popen | None = None
     consumer: subprocess.Popen | None = None
     producers: subprocess.Popen | None = None
     quota: sched.CpuQuota | None = None
-    vcpu_setting_on: Machine | None = None  # kvm: the host whose vCPU setting must be reset
+    vcpu_setting_on: Machine | None = None  # testbeds: the host whose setting must be reset
     stopped: list[str] = field(default_factory=list)
 
 
@@ -109,7 +112,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget", type=int, help="microseconds")
     p.add_argument("--period", type=int, help="microseconds (default 100000 where it applies)")
     p.add_argument("--priority", type=int, help="SCHED=fifo on kvm: 1..99")
-    p.add_argument("--inventory", help="kvm: the Ansible inventory of the provisioned testbed")
+    p.add_argument("--extratime", type=int, help="SCHED=rtds on xen: 0 (default) or 1")
+    p.add_argument("--weight", type=int, help="SCHED=credit|credit2 on xen: 1..65535")
+    p.add_argument("--cap", type=int, help="SCHED=credit|credit2 on xen: percent of one CPU")
+    p.add_argument("--inventory", help="kvm, xen: the Ansible inventory of the testbed")
     p.add_argument("--records", type=int, default=20_000, help="in total over the six producers")
     p.add_argument("--period-ms", type=float, default=100.0, help="send period of each producer")
     p.add_argument("--warmup-s", type=float, default=10.0, help="excluded from the statistics")
@@ -136,7 +142,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def check_settings(
     args: argparse.Namespace,
-) -> tuple[sched.SchedSetting | vcpu_sched.KvmSetting, tuning.CpuLatency | None]:
+) -> tuple[
+    sched.SchedSetting | vcpu_sched.KvmSetting | xen_sched.XenSetting, tuning.CpuLatency | None
+]:
     """Refuse bad settings before anything is started or touched."""
     if args.target not in TARGETS:
         raise RunError(f"unknown TARGET {args.target!r}; valid: {', '.join(TARGETS)}")
@@ -144,10 +152,22 @@ def check_settings(
         raise RunError("RECORDS and the send period must be positive, WARMUP and MALFORMED ≥ 0")
     if not 0 <= args.ramp_s <= args.warmup_s:
         raise RunError("RAMP must lie within the warm-up: 0 ≤ RAMP ≤ WARMUP")
-    if args.target == "kvm":
-        setting = vcpu_sched.validate(args.sched, args.budget, args.period, args.priority)
+    xen_only = {"EXTRATIME": args.extratime, "WEIGHT": args.weight, "CAP": args.cap}
+    if args.target != "xen" and any(v is not None for v in xen_only.values()):
+        raise RunError("EXTRATIME, WEIGHT and CAP are for TARGET=xen")
+    if args.target == "xen" and args.priority is not None:
+        raise RunError("PRIORITY is for SCHED=fifo on TARGET=kvm")
+    if args.target in ("kvm", "xen"):
+        if args.target == "kvm":
+            setting = vcpu_sched.validate(args.sched, args.budget, args.period, args.priority)
+        else:
+            setting = xen_sched.validate(
+                args.sched, args.budget, args.period, args.extratime, args.weight, args.cap
+            )
         if not args.inventory:
-            raise RunError("TARGET=kvm needs the testbed: HOST=<host> or INVENTORY=<dir>")
+            raise RunError(
+                f"TARGET={args.target} needs the testbed: HOST=<host> or INVENTORY=<dir>"
+            )
         if args.cpu_latency not in ("auto", "off"):
             raise RunError(
                 "CPU_LATENCY is for the bare target; a testbed's host is tuned by "
@@ -298,26 +318,37 @@ def final_sched_readback(setting: sched.SchedSetting, jvm_pid: int | None, procs
 
 
 def vcpu_sched_command(
-    testbed: Testbed, action: str, setting: vcpu_sched.KvmSetting | None = None
+    testbed: Testbed,
+    action: str,
+    setting: vcpu_sched.KvmSetting | xen_sched.XenSetting | None = None,
 ) -> list[str]:
-    cmd = ["hvbench-vcpu-sched", action, "--domain", testbed.realtime_domain]
+    """The host's tool for the real-time VM's scheduler setting: hvbench-vcpu-sched on KVM,
+    hvbench-xen-sched (with the real-time cpupool) on Xen."""
+    if testbed.target == "xen":
+        cmd = ["hvbench-xen-sched", action, "--domain", testbed.realtime_domain]
+        cmd += ["--pool", testbed.realtime_pool]
+    else:
+        cmd = ["hvbench-vcpu-sched", action, "--domain", testbed.realtime_domain]
     if setting is not None:
         cmd += ["--sched", setting.sched]
-        for flag, value in (
-            ("--budget", setting.budget_us),
-            ("--period", setting.period_us),
-            ("--priority", setting.priority),
-        ):
-            if value is not None:
-                cmd += [flag, str(value)]
+        for flag, value in asdict(setting).items():
+            if flag != "sched" and value is not None:
+                cmd += ["--" + flag.removesuffix("_us"), str(value)]
     return cmd
 
 
+def where_setting_applies(testbed: Testbed) -> str:
+    if testbed.target == "xen":
+        return f"{testbed.realtime_domain} in cpupool {testbed.realtime_pool}"
+    return f"the vCPUs of {testbed.realtime_domain}"
+
+
 def vcpu_sched_json(testbed: Testbed, action: str, setting=None) -> dict:
-    """hvbench-vcpu-sched on the host; its refusal (exit 2) is a RunError with its message."""
-    proc = testbed.host.run(vcpu_sched_command(testbed, action, setting), root=True, check=False)
+    """The host's scheduler tool; its refusal (exit 2) is a RunError with its message."""
+    cmd = vcpu_sched_command(testbed, action, setting)
+    proc = testbed.host.run(cmd, root=True, check=False)
     if proc.returncode != 0:
-        raise RunError(proc.stderr.strip() or f"hvbench-vcpu-sched {action} failed")
+        raise RunError(proc.stderr.strip() or f"{cmd[0]} {action} failed")
     return json.loads(proc.stdout)
 
 
@@ -413,9 +444,14 @@ def testbed_facts(testbed: Testbed, paths: Paths) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     setting, cpu_latency = check_settings(args)
+    # e.g. 20261122T101500Z-xen-rtds-b77500-p100000-e0, ...-xen-credit-w256-c153
+    short = {"budget_us": "b", "period_us": "p", "extratime": "e", "weight": "w", "cap": "c"}
+    short["priority"] = "prio"
     run_id = args.run_id or (
         f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{args.target}-{setting.sched}"
-        + (f"-b{setting.budget_us}-p{setting.period_us}" if setting.budget_us else "")
+        + "".join(
+            f"-{short[k]}{v}" for k, v in asdict(setting).items() if k in short and v is not None
+        )
     )
     results = Path(args.results) / run_id
     work = Path(args.work) / run_id
@@ -424,9 +460,13 @@ def run(args: argparse.Namespace) -> int:
             raise RunError(f"{taken} exists already; choose another RUN_ID")
     work.mkdir(parents=True)
     testbed = None
-    if args.target == "kvm":
+    if args.target in ("kvm", "xen"):
         try:
             testbed = resolve(args.inventory, work / "testbed.json")
+            if testbed.target != args.target:
+                raise RunError(
+                    f"TARGET={args.target}, but {args.inventory} is a {testbed.target} testbed"
+                )
             log(
                 f"testbed: host {testbed.host.ssh[-1]}, messaging VM, real-time VM "
                 f"({testbed.realtime_domain})"
@@ -445,10 +485,9 @@ def run(args: argparse.Namespace) -> int:
         "run_id": run_id,
         "requested": {
             "target": args.target,
-            "sched": setting.sched,
-            "budget_us": setting.budget_us,
-            "period_us": setting.period_us,
-            **({"priority": setting.priority} if testbed else {}),
+            # the setting's own fields: budget_us, period_us, and priority (kvm) or extratime,
+            # weight, cap (xen)
+            **asdict(setting),
             "records": args.records,
             "producer_period_ms": args.period_ms,
             "producers": 6,
@@ -463,7 +502,7 @@ def run(args: argparse.Namespace) -> int:
         meta_doc["placement"] = {
             "kafka, producers, consumer": testbed.messaging.name,
             "flink job": testbed.realtime.name,
-            "scheduler setting": f"{testbed.host.name}: vCPUs of {testbed.realtime_domain}",
+            "scheduler setting": f"{testbed.host.name}: {where_setting_applies(testbed)}",
         }
     jvm_pid = None
     interrupted = False
@@ -525,7 +564,7 @@ def run(args: argparse.Namespace) -> int:
             log(f"Flink job running in {realtime.name}, answered the probe in {ready_s:.1f} s")
             procs.vcpu_setting_on = testbed.host
             meta_doc["sched"] = {
-                "applied": f"{setting.sched} on the vCPUs of {testbed.realtime_domain}",
+                "applied": f"{setting.sched} on {where_setting_applies(testbed)}",
                 **vcpu_sched_json(testbed, "apply", setting),
             }
         else:
@@ -629,9 +668,10 @@ def run(args: argparse.Namespace) -> int:
         if procs.vcpu_setting_on is not None:
             try:
                 vcpu_sched_json(testbed, "reset")
-                procs.stopped.append("vCPU setting reset")
+                procs.stopped.append("scheduler setting reset")
             except (RunError, TestbedError) as e:
-                log(f"resetting the vCPU setting failed: {e} (run make vcpu-sched ACTION=reset)")
+                tool = "xen-sched" if testbed.target == "xen" else "vcpu-sched"
+                log(f"resetting the scheduler setting failed: {e} (run make {tool} ACTION=reset)")
         log("torn down: " + (", ".join(procs.stopped) or "nothing was left running"))
         if testbed:
             fetch_run_files({messaging, realtime}, paths.work, work)

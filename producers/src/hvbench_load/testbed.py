@@ -113,7 +113,7 @@ def ssh_command(conn: dict) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Testbed:
-    """The machines of a provisioned KVM testbed, as playbooks/testbed.yml found them."""
+    """The machines of a provisioned KVM or Xen testbed, as playbooks/testbed.yml found them."""
 
     __test__ = False  # not a test class, despite its name
 
@@ -125,6 +125,8 @@ class Testbed:
     install_dir: str
     work_dir: str
     host_facts: dict = field(default_factory=dict)
+    target: str = "kvm"  # the hypervisor: kvm or xen
+    realtime_pool: str = ""  # xen: the real-time VM's cpupool
 
     @classmethod
     def from_json(cls, doc: dict) -> Testbed:
@@ -147,6 +149,8 @@ class Testbed:
             install_dir=doc["install_dir"],
             work_dir=doc["work_dir"],
             host_facts=doc.get("host_facts", {}),
+            target=doc.get("target", "kvm"),
+            realtime_pool=doc.get("realtime_pool", ""),
         )
 
 

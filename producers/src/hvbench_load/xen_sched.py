@@ -1,0 +1,472 @@
+"""Cpupools and scheduler settings for the real-time VM on a Xen host (target xen).
+
+SCHED=rtds|credit|credit2. BUDGET and PERIOD are in microseconds, as `xl sched-rtds` takes them
+and as on the other targets:
+
+- rtds: every vCPU gets BUDGET per PERIOD (PERIOD defaults to 100000), with EXTRATIME 0 or 1
+  (default 0). Xen's own default is extratime on, under which a vCPU may run beyond its budget
+  when the pool has idle time, so the budget is no limit; with 0 it is one.
+  `xl sched-rtds -d DOM -v all -p PERIOD -b BUDGET -e EXTRATIME`: the per-vCPU form, because on
+  Xen < 4.22 the domain-wide form does not check budget <= period, and 4.17's xl needs -e there.
+- credit, credit2: WEIGHT (1..65535, default 256) and CAP (percent of one physical CPU, 0 = no
+  cap, at most 100 × the domain's vCPUs: `xl sched-credit -c 153` is 1.53 CPUs and needs two).
+
+The real-time VM runs in its own cpupool (POOL) whose scheduler is the run's: `apply` re-creates
+the pool with that scheduler when it has another one, moves the domain into it and only then
+sets the parameters, because moving a domain to another pool resets them. Everything is read
+back from xl afterwards. dom0 stays in Pool-0.
+
+One exception, measured on Xen 4.17.5: a CPU leaving an RTDS pool panics the hypervisor
+(FATAL PAGE FAULT in rt.c move_repl_timer, called from rt_deinit_pdata with the CPU's cpupool
+already NULL), so an RTDS pool that holds CPUs is never dismantled here. Moving from credit or
+credit2 to rtds works; from rtds to another scheduler is refused with that reason: set the
+pool's boot scheduler (xen_host_rt_pool_sched) and reboot the host. `pool-destroy` keeps such
+a pool too (it goes with the next reboot).
+
+`validate` only checks the numbers (the controller calls it before touching a host). On the
+host, as root: `prove` creates and destroys an empty cpupool with each scheduler (a scheduler
+that is not compiled in fails loudly instead of falling back), `pool` makes the real-time pool
+(at boot, from hvbench-xen-pool.service), `pool-destroy` removes it, `check` asks whether a
+setting can be applied and changes nothing, `apply` applies it and prints the readback, `read`
+prints the readback, `reset` puts the scheduler's defaults back.
+
+    python3 -m hvbench_load.xen_sched apply --domain hvbench-realtime --sched rtds --budget 77500
+
+Needs only xl and the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+
+VALID_SCHEDS = ("rtds", "credit", "credit2")
+DEFAULT_PERIOD_US = 100_000
+DEFAULT_EXTRATIME = 0
+# Xen's limits (xen/common/sched/rt.c RTDS_MIN_PERIOD/RTDS_MIN_BUDGET; libxl's weight range).
+RTDS_MIN_US = 10
+WEIGHT_RANGE = (1, 65535)
+# What a domain starts with, and what `reset` puts back.
+DEFAULTS = {
+    "rtds": {"period": 10_000, "budget": 4_000, "extratime": 1},
+    "credit": {"weight": 256, "cap": 0},
+    "credit2": {"weight": 256, "cap": 0},
+}
+DEFAULT_POOL = "hvbench-rt"
+HOST_POOL = "Pool-0"
+RTDS_CPU_REMOVAL = (
+    "Xen 4.17 panics when a CPU leaves an RTDS cpupool (rt.c move_repl_timer), so {pool} "
+    "keeps RTDS until the host reboots: set xen_host_rt_pool_sched and reboot it (make "
+    "provision, then reboot) to run {sched} there"
+)
+
+
+class Refused(RuntimeError):
+    """The host cannot do what was asked; nothing was left changed."""
+
+
+@dataclass(frozen=True)
+class XenSetting:
+    sched: str
+    budget_us: int | None = None
+    period_us: int | None = None
+    extratime: int | None = None
+    weight: int | None = None
+    cap: int | None = None
+
+
+def _whole(name: str, value: object, sched: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"SCHED={sched}: {name} must be a whole number, got {value!r}")
+    return value
+
+
+def validate(
+    sched_name: str,
+    budget_us: int | None = None,
+    period_us: int | None = None,
+    extratime: int | None = None,
+    weight: int | None = None,
+    cap: int | None = None,
+) -> XenSetting:
+    """Check SCHED and its parameters for target xen; ValueError otherwise. Pure."""
+    if sched_name not in VALID_SCHEDS:
+        raise ValueError(
+            f"unknown SCHED {sched_name!r} for target xen; valid: {', '.join(VALID_SCHEDS)}"
+        )
+    given = {"BUDGET": budget_us, "PERIOD": period_us, "EXTRATIME": extratime}
+    given |= {"WEIGHT": weight, "CAP": cap}
+    allowed = ("BUDGET", "PERIOD", "EXTRATIME") if sched_name == "rtds" else ("WEIGHT", "CAP")
+    extra = [f"{k}={v}" for k, v in given.items() if v is not None and k not in allowed]
+    if extra:
+        raise ValueError(
+            f"SCHED={sched_name} has no {', '.join(extra)}; its parameters are {', '.join(allowed)}"
+        )
+    if sched_name == "rtds":
+        if budget_us is None:
+            raise ValueError("SCHED=rtds needs BUDGET (microseconds of CPU time per PERIOD)")
+        budget = _whole("BUDGET", budget_us, sched_name)
+        period = _whole("PERIOD", DEFAULT_PERIOD_US if period_us is None else period_us, "rtds")
+        if budget < RTDS_MIN_US or period < RTDS_MIN_US:
+            raise ValueError(
+                f"SCHED=rtds: BUDGET and PERIOD must be at least {RTDS_MIN_US} us "
+                f"(got BUDGET={budget}, PERIOD={period})"
+            )
+        if budget > period:
+            raise ValueError(
+                f"SCHED=rtds: BUDGET {budget} us > PERIOD {period} us "
+                "(the budget must fit in one period)"
+            )
+        extra_time = DEFAULT_EXTRATIME if extratime is None else extratime
+        if extra_time not in (0, 1) or isinstance(extra_time, bool):
+            raise ValueError(f"SCHED=rtds: EXTRATIME must be 0 or 1, got {extratime!r}")
+        return XenSetting("rtds", budget, period, extra_time)
+    low, high = WEIGHT_RANGE
+    w = DEFAULTS[sched_name]["weight"] if weight is None else _whole("WEIGHT", weight, sched_name)
+    if not low <= w <= high:
+        raise ValueError(f"SCHED={sched_name}: WEIGHT {w} outside {low}..{high}")
+    c = 0 if cap is None else _whole("CAP", cap, sched_name)
+    if c < 0:
+        raise ValueError(f"SCHED={sched_name}: CAP {c} is negative (0 means no cap)")
+    return XenSetting(sched_name, weight=w, cap=c)
+
+
+# ---------------------------------------------------------------------------------------------
+# xl and what it prints
+
+
+def xl(*args: str) -> str:
+    result = subprocess.run(["xl", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        message = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        raise Refused(f"xl {' '.join(args)}: {message[-1] if message else 'failed'}")
+    return result.stdout
+
+
+def parse_colon_list(text: str) -> dict[str, str]:
+    """`xl info`: one "key : value" per line."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_table(text: str) -> list[dict[str, str]]:
+    """A table as xl prints them: a header line of column names, then one row per line. Lines
+    before the header (such as "Cpupool hvbench-rt: sched=RTDS") are skipped. The first column
+    (a name) may not contain spaces."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith("Name"):
+            # "Domain count" and "CPU list" are two words for one column
+            header = re.sub(r"Domain count|CPU list", lambda m: m[0].replace(" ", "_"), line)
+            header = header.split()
+            return [dict(zip(header, row.split(), strict=False)) for row in lines[i + 1 :]]
+    return []
+
+
+def pools() -> dict[str, dict]:
+    """Every cpupool: its scheduler, CPUs and domains."""
+    table = {row["Name"]: row for row in parse_table(xl("cpupool-list"))}
+    cpus = {row["Name"]: row.get("CPU_list", "") for row in parse_table(xl("cpupool-list", "-c"))}
+    out = {}
+    for name, row in table.items():
+        out[name] = {
+            "sched": row["Sched"],
+            "cpus": _cpu_list(cpus.get(name, "")),
+            "domains": int(row["Domain_count"]),
+        }
+    return out
+
+
+def _cpu_list(text: str) -> list[int]:
+    cpus: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            first, last = part.split("-")
+            cpus.extend(range(int(first), int(last) + 1))
+        elif part.strip():
+            cpus.append(int(part))
+    return cpus
+
+
+def domains() -> dict[str, dict]:
+    """Every domain: its id, vCPUs and cpupool (`xl list -c`)."""
+    out = {}
+    for row in parse_table(xl("list", "-c")):
+        out[row["Name"]] = {
+            "id": int(row["ID"]),
+            "vcpus": int(row["VCPUs"]),
+            "pool": row.get("Cpupool"),
+        }
+    return out
+
+
+def domain(name: str) -> dict:
+    found = domains().get(name)
+    if found is None:
+        raise Refused(f"no domain {name!r} on this host (xl list)")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# pools
+
+
+def prove(scheds: list[str]) -> dict[str, str]:
+    """Create and destroy an empty cpupool with each scheduler: "present" or xl's error."""
+    result = {}
+    for name in scheds:
+        pool = f"hvbench-probe-{name}"
+        if pool in pools():  # left over from an interrupted proof
+            xl("cpupool-destroy", pool)
+        try:
+            xl("cpupool-create", f'name="{pool}"', f'sched="{name}"')
+        except Refused as e:
+            result[name] = str(e)
+            continue
+        xl("cpupool-destroy", pool)
+        result[name] = "present"
+    return result
+
+
+def _create_pool(pool: str, sched_name: str, cpus: list[int]) -> None:
+    for cpu in cpus:
+        if cpu in pools()[HOST_POOL]["cpus"]:
+            xl("cpupool-cpu-remove", HOST_POOL, str(cpu))
+    cpu_list = ",".join(str(c) for c in cpus)
+    xl("cpupool-create", f'name="{pool}"', f'sched="{sched_name}"', f'cpus="{cpu_list}"')
+
+
+def ensure_pool(pool: str, sched_name: str, cpus: list[int] | None = None) -> bool:
+    """Make POOL with the scheduler, keeping its CPUs and domains if it exists with another;
+    True when something changed. New pools take CPUS, by default the host's last CPU."""
+    existing = pools().get(pool)
+    if existing and existing["sched"] == sched_name:
+        return False
+    if existing and _rtds_with_cpus(existing):
+        raise Refused(RTDS_CPU_REMOVAL.format(pool=pool, sched=sched_name))
+    if existing:
+        members = [n for n, d in domains().items() if d["pool"] == pool]
+        for name in members:
+            xl("cpupool-migrate", name, HOST_POOL)
+        xl("cpupool-destroy", pool)
+        _create_pool(pool, sched_name, existing["cpus"])
+        for name in members:
+            xl("cpupool-migrate", name, pool)
+        return True
+    if not cpus:
+        cpus = [int(parse_colon_list(xl("info"))["nr_cpus"]) - 1]
+    if cpus == pools()[HOST_POOL]["cpus"]:
+        raise Refused(f"cpupool {pool} would take all of {HOST_POOL}'s CPUs {cpus}; dom0 needs one")
+    _create_pool(pool, sched_name, cpus)
+    return True
+
+
+def _rtds_with_cpus(pool: dict) -> bool:
+    return pool["sched"] == "rtds" and bool(pool["cpus"])
+
+
+def destroy_pool(pool: str) -> bool:
+    """Move POOL's domains to Pool-0, destroy it and give its CPUs back to Pool-0. An RTDS
+    pool with CPUs stays (see above); its domains still move out."""
+    existing = pools().get(pool)
+    if not existing:
+        return False
+    if _rtds_with_cpus(existing):
+        for name, d in domains().items():
+            if d["pool"] == pool:
+                xl("cpupool-migrate", name, HOST_POOL)
+        print(f"hvbench-xen-sched: {pool} stays until the next reboot", file=sys.stderr)
+        return False
+    for name, d in domains().items():
+        if d["pool"] == pool:
+            xl("cpupool-migrate", name, HOST_POOL)
+    xl("cpupool-destroy", pool)
+    for cpu in existing["cpus"]:
+        xl("cpupool-cpu-add", HOST_POOL, str(cpu))
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# settings
+
+
+def check(name: str, setting: XenSetting, pool: str) -> dict:
+    """Whether `apply` can work: the domain exists and fits the setting. Changes nothing."""
+    dom = domain(name)
+    if setting.cap is not None and setting.cap > 100 * dom["vcpus"]:
+        raise Refused(
+            f"CAP {setting.cap} is more than {name}'s {dom['vcpus']} vCPU(s) can use "
+            f"(at most {100 * dom['vcpus']}: 100 per vCPU)"
+        )
+    existing = pools().get(pool)
+    if existing is None:
+        raise Refused(f"no cpupool {pool!r} on this host: provision the host (roles/xen_host)")
+    if setting.sched != existing["sched"] and _rtds_with_cpus(existing):
+        raise Refused(RTDS_CPU_REMOVAL.format(pool=pool, sched=setting.sched))
+    return dom
+
+
+def apply(name: str, setting: XenSetting, pool: str) -> dict:
+    check(name, setting, pool)
+    ensure_pool(pool, setting.sched)
+    if domain(name)["pool"] != pool:
+        xl("cpupool-migrate", name, pool)
+    _set(name, setting)
+    return readback(name)
+
+
+def _set(name: str, setting: XenSetting) -> None:
+    if setting.sched == "rtds":
+        xl(
+            "sched-rtds", "-d", name, "-v", "all", "-p", str(setting.period_us),
+            "-b", str(setting.budget_us), "-e", str(setting.extratime),
+        )  # fmt: skip
+    else:
+        xl(f"sched-{setting.sched}", "-d", name, "-w", str(setting.weight), "-c", str(setting.cap))
+
+
+def reset(name: str) -> dict:
+    """The pool's scheduler defaults for the domain (what it had when it was created)."""
+    sched_name = _pool_sched(name)
+    d = DEFAULTS[sched_name]
+    if sched_name == "rtds":
+        setting = XenSetting("rtds", d["budget"], d["period"], d["extratime"])
+    else:
+        setting = XenSetting(sched_name, weight=d["weight"], cap=d["cap"])
+    _set(name, setting)
+    return readback(name)
+
+
+def _pool_sched(name: str) -> str:
+    return pools()[domain(name)["pool"]]["sched"]
+
+
+def readback(name: str) -> dict:
+    """What xl reports for the domain: its pool and scheduler, the parameters per vCPU (rtds)
+    or per domain (credit, credit2), its tsc_mode, the raw `xl vcpu-list` and
+    `xl cpupool-list -c`, and `xl info` (the hypervisor's version, changeset, command line)."""
+    dom = domain(name)
+    sched_name = _pool_sched(name)
+    if sched_name == "rtds":
+        rows = parse_table(xl("sched-rtds", "-d", name, "-v", "all"))
+        params = {
+            "vcpus": [
+                {
+                    "vcpu": int(r["VCPU"]),
+                    "period_us": int(r["Period"]),
+                    "budget_us": int(r["Budget"]),
+                    "extratime": 1 if r["Extratime"] == "yes" else 0,
+                }
+                for r in rows
+            ]
+        }
+    else:
+        (row,) = parse_table(xl(f"sched-{sched_name}", "-d", name))
+        params = {"weight": int(row["Weight"]), "cap": int(row["Cap"])}
+    return {
+        "domain": name,
+        "domid": dom["id"],
+        "pool": dom["pool"],
+        "sched": sched_name,
+        **params,
+        "tsc_mode": tsc_mode(name),
+        "vcpu_list": xl("vcpu-list", name),
+        "cpupool_list": xl("cpupool-list", "-c"),
+        "xl_info": parse_colon_list(xl("info")),
+    }
+
+
+def tsc_mode(name: str) -> str:
+    """The domain's tsc_mode as xl created it (`xl list -l`; "default" when not set)."""
+    doc = json.loads(xl("list", "-l", name))
+    return doc[0]["config"]["b_info"].get("tsc_mode", "default")
+
+
+def matches(setting: XenSetting, back: dict) -> bool:
+    """Whether a readback shows exactly the setting."""
+    if back["sched"] != setting.sched:
+        return False
+    if setting.sched == "rtds":
+        want = (setting.period_us, setting.budget_us, setting.extratime)
+        got = {(v["period_us"], v["budget_us"], v["extratime"]) for v in back["vcpus"]}
+        return got == {want}
+    return (back["weight"], back["cap"]) == (setting.weight, setting.cap)
+
+
+# ---------------------------------------------------------------------------------------------
+# command line (run on the host by playbooks and by the harness)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hvbench-xen-sched", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "action",
+        choices=("validate", "prove", "pool", "pool-destroy", "check", "apply", "read", "reset"),
+    )
+    parser.add_argument("--domain")
+    parser.add_argument("--pool", default=DEFAULT_POOL)
+    parser.add_argument("--sched", nargs="+", default=["rtds"])
+    parser.add_argument("--cpus", help="for pool: CPU numbers, e.g. 2,3")
+    parser.add_argument("--budget", type=int)
+    parser.add_argument("--period", type=int)
+    parser.add_argument("--extratime", type=int)
+    parser.add_argument("--weight", type=int)
+    parser.add_argument("--cap", type=int)
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "prove":
+            found = prove(args.sched)
+            print(json.dumps(found, indent=1))
+            missing = [s for s, state in found.items() if state != "present"]
+            if missing:
+                raise Refused(
+                    f"scheduler(s) {', '.join(missing)} missing from this hypervisor "
+                    "(see roles/xen_host: the hypervisor must be built with them)"
+                )
+            return 0
+        if args.action == "pool":
+            changed = ensure_pool(args.pool, args.sched[0], _cpu_list(args.cpus or ""))
+            print(json.dumps({"changed": changed, "pool": pools()[args.pool]}))
+            return 0
+        if args.action == "pool-destroy":
+            print(json.dumps({"changed": destroy_pool(args.pool)}))
+            return 0
+        if len(args.sched) != 1:
+            raise ValueError("one SCHED at a time")
+        setting = validate(
+            args.sched[0], args.budget, args.period, args.extratime, args.weight, args.cap
+        )
+        if args.action == "validate":
+            print(json.dumps({"setting": asdict(setting)}))
+            return 0
+        if not args.domain:
+            raise ValueError(f"{args.action} needs --domain")
+        if args.action == "check":
+            check(args.domain, setting, args.pool)
+            out = {"ok": True, "setting": asdict(setting)}
+        elif args.action == "apply":
+            back = apply(args.domain, setting, args.pool)
+            if not matches(setting, back):
+                raise Refused(f"xl reads back something else than was applied: {back}")
+            out = {"setting": asdict(setting), "readback": back}
+        elif args.action == "reset":
+            out = {"readback": reset(args.domain)}
+        else:
+            out = {"readback": readback(args.domain)}
+    except (ValueError, Refused) as e:
+        print(f"hvbench-xen-sched: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
