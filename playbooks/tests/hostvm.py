@@ -410,6 +410,8 @@ def run_playbook(
          f"playbooks/{name}"],
         cwd=REPO,
         env=env,
+        # Ansible refuses a non-blocking stdin, which the test's own may be
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=1800,

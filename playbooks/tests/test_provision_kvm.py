@@ -280,7 +280,13 @@ def test_make_vcpu_sched_applies_and_resets_through_the_inventory(host):
     for args, quota in ((["SCHED=cfs", "BUDGET=30000"], 30000), (["ACTION=reset"], None)):
         readback.unlink(missing_ok=True)
         proc = subprocess.run(
-            [*make, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+            [*make, *args],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
         (vcpu,) = json.loads(readback.read_text())["readback"]["vcpus"]
@@ -324,6 +330,7 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
         ],
         cwd=REPO,
         env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
+        stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin
         capture_output=True,
         text=True,
         timeout=2400,

@@ -167,6 +167,7 @@ def resolve(inventory: str, out: Path) -> Testbed:
     proc = subprocess.run(
         cmd,
         cwd=REPO,
+        stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin (a harness's may be)
         capture_output=True,
         text=True,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
