@@ -221,8 +221,8 @@ def test_each_scheduler_setting_is_applied_and_read_back(host):
         sched_name = args[1]
         assert (back["sched"], back["pool"]) == (sched_name, POOL), back
         # xl itself, read here, and the pool's scheduler
-        assert re.search(rf"^{POOL}\s+1\s+{sched_name}\s", on_host(host, "xl cpupool-list").stdout,
-                         re.M)  # fmt: skip
+        pools = on_host(host, "xl cpupool-list").stdout
+        assert re.search(rf"^{POOL}\s+2\s+{sched_name}\s", pools, re.M), pools
         if sched_name == "rtds":
             assert [{k: v[k] for k in expected} for v in back["vcpus"]] == [expected] * 2, back
             raw = on_host(host, f"xl sched-rtds -d {GUEST} -v all").stdout
@@ -235,8 +235,10 @@ def test_each_scheduler_setting_is_applied_and_read_back(host):
             raw = on_host(host, f"xl sched-{sched_name} -d {GUEST}").stdout
             assert re.search(rf"^{GUEST}\s+\d+\s+{expected['weight']}\s+{expected['cap']}\s*$",
                              raw, re.M), raw  # fmt: skip
-        # the pinning survives each pool change
-        assert re.search(rf"^{GUEST}\s+\d+\s+1\s+3\s", back["vcpu_list"], re.M), back["vcpu_list"]
+        # the pinning survives each pool change (a move resets it; the tool pins again)
+        for vcpu, cpu in enumerate(GUESTS[GUEST][1]):
+            assert re.search(rf"^{GUEST}\s+\d+\s+{vcpu}\s+\S+\s+\S+\s+[\d.]+\s+{cpu} / all\s*$",
+                             back["vcpu_list"], re.M), back["vcpu_list"]  # fmt: skip
         assert back["tsc_mode"] == "default" and back["xl_info"]["xen_version"].startswith("4.17")
     # dom0 never left Pool-0
     assert "Domain-0" in on_host(host, "xl list -c | grep Pool-0").stdout
@@ -244,8 +246,9 @@ def test_each_scheduler_setting_is_applied_and_read_back(host):
 
 def test_a_setting_the_host_cannot_take_is_refused_and_changes_nothing(host):
     def read() -> dict:
+        # the setting and where it applies (the raw listings carry run times, which move on)
         back = xen_sched(host, "read", "--domain", GUEST)[1]["readback"]
-        return {k: v for k, v in back.items() if k != "xl_info"}
+        return {k: v for k, v in back.items() if k not in ("xl_info", "vcpu_list")}
 
     before = read()
     code, _, text = xen_sched(host, "apply", "--domain", GUEST, "--sched", "rtds", "--cap", "201")

@@ -89,3 +89,44 @@ def test_a_readback_matches_only_the_exact_setting():
     credit = XenSetting("credit", weight=256, cap=153)
     assert xen_sched.matches(credit, {"sched": "credit", "weight": 256, "cap": 153})
     assert not xen_sched.matches(credit, {"sched": "credit", "weight": 256, "cap": 0})
+
+
+# printed by the test host (Xen 4.17.5, Debian 12's xl)
+VCPU_LIST = """\
+Name                                ID  VCPU   CPU State   Time(s) Affinity (Hard / Soft)
+hvbench-realtime                     2     0    2   -b-      57.4  2 / all
+hvbench-realtime                     2     1    3   -b-      50.3  3 / all
+"""
+
+
+def test_a_move_to_another_pool_keeps_the_vcpus_pinned(monkeypatch):
+    # moving a domain between cpupools resets its vCPUs' affinity to all CPUs (Xen's
+    # sched_move_domain): the tool reads the pinning first and restores it after the move
+    calls = []
+
+    def fake_xl(*args):
+        calls.append(args)
+        return VCPU_LIST if args[0] == "vcpu-list" else ""
+
+    monkeypatch.setattr(xen_sched, "xl", fake_xl)
+    assert xen_sched.hard_affinity("hvbench-realtime") == {0: "2", 1: "3"}
+    calls.clear()
+    xen_sched.migrate("hvbench-realtime", "hvbench-rt")
+    assert calls == [
+        ("vcpu-list", "hvbench-realtime"),
+        ("cpupool-migrate", "hvbench-realtime", "hvbench-rt"),
+        ("vcpu-pin", "hvbench-realtime", "0", "2"),
+        ("vcpu-pin", "hvbench-realtime", "1", "3"),
+    ]
+
+
+def test_leaving_an_rtds_pool_with_cpus_is_refused(monkeypatch):
+    monkeypatch.setattr(xen_sched, "domain", lambda name: {"id": 2, "vcpus": 2, "pool": "rt"})
+    monkeypatch.setattr(
+        xen_sched, "pools", lambda: {"rt": {"sched": "rtds", "cpus": [2, 3], "domains": 1}}
+    )
+    with pytest.raises(xen_sched.Refused) as info:
+        xen_sched.check("rt-vm", XenSetting("credit", weight=256, cap=0), "rt")
+    assert "Xen 4.17 panics when a CPU leaves an RTDS cpupool" in str(info.value)
+    # staying on rtds is fine
+    xen_sched.check("rt-vm", XenSetting("rtds", 77500, 100000, 0), "rt")

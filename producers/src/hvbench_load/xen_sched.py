@@ -13,8 +13,9 @@ and as on the other targets:
 
 The real-time VM runs in its own cpupool (POOL) whose scheduler is the run's: `apply` re-creates
 the pool with that scheduler when it has another one, moves the domain into it and only then
-sets the parameters, because moving a domain to another pool resets them. Everything is read
-back from xl afterwards. dom0 stays in Pool-0.
+sets the parameters, because moving a domain to another pool resets them. A move also resets
+every vCPU's affinity to all CPUs (sched_move_domain), so each vCPU's hard affinity is read
+before and pinned again after. Everything is read back from xl afterwards. dom0 stays in Pool-0.
 
 One exception, measured on Xen 4.17.5: a CPU leaving an RTDS pool panics the hypervisor
 (FATAL PAGE FAULT in rt.c move_repl_timer, called from rt_deinit_pdata with the CPU's cpupool
@@ -208,6 +209,24 @@ def domains() -> dict[str, dict]:
     return out
 
 
+def hard_affinity(name: str) -> dict[int, str]:
+    """Each vCPU's hard affinity, as `xl vcpu-list` shows it ("2", "2-3", "all")."""
+    pins = {}
+    for line in xl("vcpu-list", name).splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 7:
+            pins[int(fields[2])] = " ".join(fields[6:]).split("/")[0].strip()
+    return pins
+
+
+def migrate(name: str, pool: str) -> None:
+    """Move a domain to another pool, keeping its vCPUs' hard affinity (a move resets it)."""
+    pins = hard_affinity(name)
+    xl("cpupool-migrate", name, pool)
+    for vcpu, cpus in pins.items():
+        xl("vcpu-pin", name, str(vcpu), cpus)
+
+
 def domain(name: str) -> dict:
     found = domains().get(name)
     if found is None:
@@ -253,13 +272,15 @@ def ensure_pool(pool: str, sched_name: str, cpus: list[int] | None = None) -> bo
     if existing and _rtds_with_cpus(existing):
         raise Refused(RTDS_CPU_REMOVAL.format(pool=pool, sched=sched_name))
     if existing:
-        members = [n for n, d in domains().items() if d["pool"] == pool]
+        members = {n: hard_affinity(n) for n, d in domains().items() if d["pool"] == pool}
         for name in members:
             xl("cpupool-migrate", name, HOST_POOL)
         xl("cpupool-destroy", pool)
         _create_pool(pool, sched_name, existing["cpus"])
-        for name in members:
+        for name, pins in members.items():
             xl("cpupool-migrate", name, pool)
+            for vcpu, cpus in pins.items():
+                xl("vcpu-pin", name, str(vcpu), cpus)
         return True
     if not cpus:
         cpus = [int(parse_colon_list(xl("info"))["nr_cpus"]) - 1]
@@ -318,7 +339,7 @@ def apply(name: str, setting: XenSetting, pool: str) -> dict:
     check(name, setting, pool)
     ensure_pool(pool, setting.sched)
     if domain(name)["pool"] != pool:
-        xl("cpupool-migrate", name, pool)
+        migrate(name, pool)
     _set(name, setting)
     return readback(name)
 
