@@ -9,8 +9,10 @@ LIBS = REPO / "build" / "kafka" / "libs"
 
 
 def test_cluster_ids_have_kafkas_format():
-    ids = {new_cluster_id() for _ in range(10)}
-    assert len(ids) == 10 and all(len(i) == 22 and "=" not in i for i in ids)
+    # one in 64 base64url UUIDs starts with "-", which kafka-storage would read as an option
+    ids = {new_cluster_id() for _ in range(2000)}
+    assert len(ids) == 2000 and all(len(i) == 22 and "=" not in i for i in ids)
+    assert not any(i.startswith("-") for i in ids)
 
 
 def test_missing_jars_are_named(tmp_path):

@@ -130,3 +130,15 @@ def test_leaving_an_rtds_pool_with_cpus_is_refused(monkeypatch):
     assert "Xen 4.17 panics when a CPU leaves an RTDS cpupool" in str(info.value)
     # staying on rtds is fine
     xen_sched.check("rt-vm", XenSetting("rtds", 77500, 100000, 0), "rt")
+
+
+def test_read_and_reset_take_no_setting(capsys, monkeypatch):
+    # the domain's pool decides the scheduler: no SCHED, BUDGET or the like is asked for
+    monkeypatch.setattr(xen_sched, "readback", lambda name: {"domain": name, "how": "read"})
+    monkeypatch.setattr(xen_sched, "reset", lambda name: {"domain": name, "how": "reset"})
+    assert xen_sched.main(["read", "--domain", "rt"]) == 0
+    assert '"how": "read"' in capsys.readouterr().out
+    assert xen_sched.main(["reset", "--domain", "rt"]) == 0
+    assert '"how": "reset"' in capsys.readouterr().out
+    assert xen_sched.main(["read"]) == 2
+    assert "read needs --domain" in capsys.readouterr().err

@@ -56,8 +56,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def new_cluster_id() -> str:
-    """Kafka's cluster id format: a UUID, base64url without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """Kafka's cluster id format: a UUID, base64url without padding (22 characters). Like
+    Kafka's own Uuid.randomUuid, never one that starts with "-": the storage tool's argument
+    parser would take it for an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaBroker:

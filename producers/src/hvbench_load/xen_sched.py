@@ -460,6 +460,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "pool-destroy":
             print(json.dumps({"changed": destroy_pool(args.pool)}))
             return 0
+        if args.action in ("read", "reset"):
+            # these take no setting: the domain's pool decides the scheduler
+            if not args.domain:
+                raise ValueError(f"{args.action} needs --domain")
+            back = reset(args.domain) if args.action == "reset" else readback(args.domain)
+            print(json.dumps({"readback": back}, indent=1))
+            return 0
         if len(args.sched) != 1:
             raise ValueError("one SCHED at a time")
         setting = validate(
@@ -478,10 +485,6 @@ def main(argv: list[str] | None = None) -> int:
             if not matches(setting, back):
                 raise Refused(f"xl reads back something else than was applied: {back}")
             out = {"setting": asdict(setting), "readback": back}
-        elif args.action == "reset":
-            out = {"readback": reset(args.domain)}
-        else:
-            out = {"readback": readback(args.domain)}
     except (ValueError, Refused) as e:
         print(f"hvbench-xen-sched: {e}", file=sys.stderr)
         return 2
