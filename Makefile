@@ -12,7 +12,9 @@ DAYS      ?= 30
 START     ?= 2024-03-01
 
 # make run: the experiment. BUDGET and PERIOD are microseconds, as in `xl sched-rtds`.
-TARGET    ?= bare
+# TARGET=bare|kvm|xen; unset, the inventory decides (hosts in kvm_hosts or xen_hosts: that
+# testbed; none, as in inventory/sample: bare, this machine).
+TARGET    ?=
 SCHED     ?= none
 BUDGET    ?=
 PERIOD    ?=
@@ -38,8 +40,8 @@ REF         ?=
 DEADLINE_MS ?=
 XLIM_MS     ?=
 
-# make provision / make teardown: HOST names a one-off host (user@host or host; root or sudo),
-# else the hosts of INVENTORY are used. TARGET picks the hypervisor group.
+# make provision / make teardown / make run: HOST names a one-off host (user@host or host; root
+# or sudo), else the hosts of INVENTORY are used. TARGET picks the hypervisor group.
 HOST      ?=
 INVENTORY ?= inventory/sample
 # make vcpu-sched: ACTION=apply|read|reset for the real-time VM's vCPUs (SCHED=none|cfs|deadline|
@@ -71,14 +73,14 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
 .PHONY: help venv java browser kafka flink-connector data train run report test lint bench clean \
-	provision teardown vcpu-sched xen-sched xen-hypervisor controller-tools testbed-tools one-off-inventory guest-bundle
+	provision provision-settings teardown run-bare run-testbed vcpu-sched xen-sched xen-hypervisor controller-tools testbed-tools one-off-inventory guest-bundle
 
 help:
-	@echo "make run     the experiment on this machine: TARGET=bare SCHED=none|deadline|cfs-quota"
+	@echo "make run     the experiment on this machine (bare): SCHED=none|deadline|cfs-quota"
 	@echo "             [BUDGET=us PERIOD=us] RECORDS=20000 SEND_MS=100 (per producer)"
-	@echo "             or on a provisioned testbed: TARGET=kvm HOST=host (or INVENTORY=dir)"
-	@echo "             SCHED=none|cfs|deadline|fifo [BUDGET=us PERIOD=us PRIORITY=n]"
-	@echo "             or TARGET=xen SCHED=rtds|credit|credit2 [BUDGET PERIOD EXTRATIME | WEIGHT CAP]"
+	@echo "             or on a provisioned testbed, HOST=host or INVENTORY=dir (the inventory"
+	@echo "             implies TARGET): kvm: SCHED=none|cfs|deadline|fifo [BUDGET PERIOD PRIORITY]"
+	@echo "             xen: SCHED=rtds|credit|credit2 [BUDGET PERIOD EXTRATIME | WEIGHT CAP]"
 	@echo "             WARMUP=10 (s) RAMP=0 (s, within WARMUP) MALFORMED=0 RUN_ID=..."
 	@echo "             CPU_LATENCY=auto|off|us (C-states held during the run; auto = 0 us as root)"
 	@echo "make report  figures and tables of the runs in results/ into $(OUT)/index.html:"
@@ -141,7 +143,9 @@ train: $(STAMP)
 	$(PY) -m hvbench_job.forecast.train --data $(DATA_DIR) --out $(MODEL_DIR) --seed $(SEED) $(if $(EPOCHS),--epochs $(EPOCHS))
 
 # TARGET=bare runs everything here; TARGET=kvm or xen runs in the guests of a provisioned
-# testbed (HOST= or INVENTORY=), with the harness here.
+# testbed (HOST= or INVENTORY=), with the harness here. `make run` finds the target (given, or
+# implied by the inventory) and goes on with run-bare or run-testbed.
+RUN_INVENTORY = $(if $(HOST),build/inventory/hosts.yml,$(INVENTORY)/hosts.yml)
 RUN_ARGS = --target $(TARGET) --sched $(SCHED) \
 	$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
 	$(if $(PRIORITY),--priority $(PRIORITY)) $(if $(EXTRATIME),--extratime $(EXTRATIME)) \
@@ -151,16 +155,20 @@ RUN_ARGS = --target $(TARGET) --sched $(SCHED) \
 	--results $(RESULTS) \
 	$(if $(FORCE_TSC),--force-tsc)
 
-ifeq ($(TARGET),bare)
-run: $(STAMP) kafka flink-connector
+run: $(STAMP) one-off-inventory
+	@target=$$(PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.testbed target \
+		$(RUN_INVENTORY) $(TARGET)) && \
+		$(MAKE) --no-print-directory $$(test $$target = bare && echo run-bare || echo run-testbed) \
+			TARGET=$$target
+
+run-bare: $(STAMP) kafka flink-connector
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
 	$(PY) -m hvbench_load.run $(RUN_ARGS) --data $(DATA_DIR) --model $(MODEL_DIR)
-else
-run: $(STAMP) one-off-inventory
+
+run-testbed: $(STAMP)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.run $(RUN_ARGS) \
-		--inventory $(if $(HOST),build/inventory/hosts.yml,$(INVENTORY)/hosts.yml)
-endif
+		--inventory $(RUN_INVENTORY)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -174,15 +182,24 @@ controller-tools:
 		|| { apt-get update -q && apt-get install -y -q mmdebstrap qemu-utils e2fsprogs; }
 	@test -f build/ssh/id_ed25519 || { mkdir -p build/ssh && ssh-keygen -q -t ed25519 -N '' -C hvbench -f build/ssh/id_ed25519; }
 
-# With HOST, a one-host inventory in build/inventory/ uses INVENTORY's group_vars.
-ANSIBLE_INVENTORY_ARG = $(if $(HOST),-i build/inventory/hosts.yml,-i $(INVENTORY)/hosts.yml)
+# With HOST, a one-host inventory in build/inventory/ uses INVENTORY's group_vars; TARGET
+# (kvm or xen) puts the host in its group. Without TARGET, the inventory written before for
+# the same HOST (by make provision) is kept, so that it says which hypervisor the host runs.
+ANSIBLE_INVENTORY_ARG = -i $(RUN_INVENTORY)
+ONE_OFF_HOST = $(lastword $(subst @, ,$(HOST)))
 one-off-inventory:
 ifneq ($(HOST),)
+ifneq ($(filter kvm xen,$(TARGET)),)
 	@mkdir -p build/inventory && ln -sfn $(CURDIR)/$(INVENTORY)/group_vars build/inventory/group_vars
 	@printf 'all:\n  children:\n    $(TARGET)_hosts:\n      hosts:\n        %s:\n          ansible_host: %s\n%s' \
-		'$(lastword $(subst @, ,$(HOST)))' '$(lastword $(subst @, ,$(HOST)))' \
+		'$(ONE_OFF_HOST)' '$(ONE_OFF_HOST)' \
 		'$(if $(findstring @,$(HOST)),          ansible_user: $(firstword $(subst @, ,$(HOST)))\n)' \
 		> build/inventory/hosts.yml
+else
+	@grep -qxF '        $(ONE_OFF_HOST):' build/inventory/hosts.yml 2>/dev/null || { \
+		echo "HOST=$(HOST): say TARGET=kvm or xen (make provision HOST=$(HOST) TARGET=... remembers it)" >&2; \
+		exit 1; }
+endif
 endif
 
 # GUEST_BUNDLE, MODEL_DIR and DATA_DIR may point elsewhere (the tests bundle a small model).
@@ -211,12 +228,16 @@ $(XEN_DIR)/xen-rtds.gz: roles/xen_host/files/build-xen-hypervisor
 
 PROVISION_DEPS_kvm =
 PROVISION_DEPS_xen = $(if $(filter controller,$(XEN_BUILD)),$(XEN_DIR)/xen-rtds.gz)
-provision: $(STAMP) controller-tools one-off-inventory $(GUEST_BUNDLE) $(PROVISION_DEPS_$(TARGET))
-	@case "$(TARGET)" in kvm|xen) ;; *) echo "make provision: TARGET=kvm or xen; got TARGET=$(TARGET)" >&2; exit 1;; esac
-	@case "$(XEN_BUILD)" in controller|host) ;; *) echo "make provision: XEN_BUILD=controller or host; got $(XEN_BUILD)" >&2; exit 1;; esac
+provision: provision-settings $(STAMP) controller-tools one-off-inventory $(GUEST_BUNDLE) \
+	$(PROVISION_DEPS_$(TARGET))
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/provision.yml \
 		-e hvbench_guest_bundle=$(abspath $(GUEST_BUNDLE)) \
 		$(if $(PROVISION_DEPS_$(TARGET)),-e xen_host_prebuilt_dir=$(abspath $(XEN_DIR)))
+
+# Checked before anything is built or touched.
+provision-settings:
+	@case "$(TARGET)" in kvm|xen) ;; *) echo "make provision: TARGET=kvm or xen; got TARGET=$(TARGET)" >&2; exit 1;; esac
+	@case "$(XEN_BUILD)" in controller|host) ;; *) echo "make provision: XEN_BUILD=controller or host; got $(XEN_BUILD)" >&2; exit 1;; esac
 
 teardown: $(STAMP) one-off-inventory
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/teardown.yml

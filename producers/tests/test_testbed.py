@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 from hvbench_load import run, vcpu_sched, xen_sched
-from hvbench_load.testbed import Machine, Testbed, ssh_command
+from hvbench_load.testbed import Machine, Testbed, TestbedError, inventory_target, ssh_command
 
 REPO = Path(__file__).resolve().parents[2]
 LIBS = REPO / "build" / "kafka" / "libs"
@@ -256,3 +256,49 @@ def test_make_run_on_kvm_refuses_a_bad_setting_before_asking_ansible():
     assert proc.returncode != 0
     assert "BUDGET 200000 us > PERIOD 100000 us" in proc.stderr
     assert "ansible" not in (proc.stdout + proc.stderr).lower()
+
+
+def inventory(tmp_path: Path, groups: dict) -> str:
+    path = tmp_path / "hosts.yml"
+    path.write_text(json.dumps({"all": {"children": groups}}))
+    return str(path)
+
+
+def test_the_inventory_implies_the_target(tmp_path):
+    host = {"hosts": {"lab-1": {"ansible_host": "192.0.2.10"}}}
+    assert inventory_target(str(REPO / "inventory/sample/hosts.yml")) == "bare"
+    assert inventory_target(inventory(tmp_path, {"xen_hosts": host})) == "xen"
+    assert inventory_target(inventory(tmp_path, {"kvm_hosts": host, "xen_hosts": {}})) == "kvm"
+    # a host in a child group of xen_hosts counts
+    nested = {"xen_hosts": {"children": {"lab": host}}}
+    assert inventory_target(inventory(tmp_path, nested)) == "xen"
+    both = inventory(tmp_path, {"kvm_hosts": host, "xen_hosts": {"hosts": {"lab-2": {}}}})
+    with pytest.raises(TestbedError, match="hosts in both kvm_hosts and xen_hosts; TARGET="):
+        inventory_target(both)
+    with pytest.raises(TestbedError, match=r"no inventory at /nonexistent/hosts\.yml"):
+        inventory_target("/nonexistent/hosts.yml")
+
+
+def test_make_run_without_target_follows_the_inventory(tmp_path):
+    # the sample inventory lists no host: this machine (bare); a Xen inventory: the xen target,
+    # whose settings are then refused as xen's before any host is asked
+    def make_run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["make", "-s", "run", *args], cwd=REPO, capture_output=True, text=True, timeout=300
+        )
+
+    bare = make_run("SCHED=rtds", "BUDGET=77500")
+    assert bare.returncode != 0 and "unknown SCHED 'rtds' for target bare" in bare.stderr
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    inventory(lab, {"xen_hosts": {"hosts": {"lab-1": {"ansible_host": "192.0.2.10"}}}})
+    xen = make_run(f"INVENTORY={lab}", "SCHED=rtds", "BUDGET=120000")
+    assert xen.returncode != 0
+    assert "SCHED=rtds: BUDGET 120000 us > PERIOD 100000 us" in xen.stderr, xen.stderr
+    assert "PLAY" not in xen.stdout  # no playbook ran
+    unknown = make_run("TARGET=vmware")
+    assert unknown.returncode != 0 and "unknown TARGET 'vmware'; valid: bare, kvm, xen" in (
+        unknown.stderr
+    )
+    once = make_run("HOST=root@192.0.2.99", "SCHED=rtds", "BUDGET=1000")
+    assert once.returncode != 0 and "HOST=root@192.0.2.99: say TARGET=kvm or xen" in once.stderr

@@ -1,5 +1,6 @@
 """`make run`: one experiment, on this machine (TARGET=bare) or on a provisioned KVM or Xen
-testbed (TARGET=kvm, TARGET=xen).
+testbed (TARGET=kvm, TARGET=xen). Without --target, the inventory decides: its hosts in
+kvm_hosts or xen_hosts make it kvm or xen; no inventory, or one without hosts, is bare.
 
 Order: check the settings (nothing is started for a bad one) → calibrate the TSC → Kafka →
 the Flink job → a readiness probe through the job → the scheduler setting, read back →
@@ -16,8 +17,7 @@ come back here at the end.
     python -m hvbench_load.run --sched deadline --budget 20000 --period 100000
     python -m hvbench_load.run --target kvm --inventory inventory/lab/hosts.yml \
         --sched cfs --budget 77500
-    python -m hvbench_load.run --target xen --inventory inventory/lab/hosts.yml \
-        --sched rtds --budget 77500
+    python -m hvbench_load.run --inventory inventory/lab/hosts.yml --sched rtds --budget 77500
 """
 
 from __future__ import annotations
@@ -41,9 +41,8 @@ from hvbench_load import accounting, meta, probe, sched, tuning, vcpu_sched, xen
 from hvbench_load.broker import KafkaBroker
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
-from hvbench_load.testbed import Machine, Testbed, TestbedError, resolve
+from hvbench_load.testbed import TARGETS, Machine, Testbed, TestbedError, inventory_target, resolve
 
-TARGETS = ("bare", "kvm", "xen")
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
 # Threads of the job's JVM that handle records (comm names, cut to 15 characters by the
 # kernel): the chained task of source + Python operator + sinks, the Kafka source's fetcher,
@@ -107,7 +106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m hvbench_load.run", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--target", default="bare")
+    p.add_argument("--target", help="bare, kvm or xen; default: what --inventory implies")
     p.add_argument("--sched", default="none")
     p.add_argument("--budget", type=int, help="microseconds")
     p.add_argument("--period", type=int, help="microseconds (default 100000 where it applies)")
@@ -146,6 +145,8 @@ def check_settings(
     sched.SchedSetting | vcpu_sched.KvmSetting | xen_sched.XenSetting, tuning.CpuLatency | None
 ]:
     """Refuse bad settings before anything is started or touched."""
+    if args.target is None:
+        args.target = inventory_target(args.inventory) if args.inventory else "bare"
     if args.target not in TARGETS:
         raise RunError(f"unknown TARGET {args.target!r}; valid: {', '.join(TARGETS)}")
     if args.records <= 0 or args.period_ms <= 0 or args.warmup_s < 0 or args.malformed < 0:

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 class TestbedError(RuntimeError):
-    pass
+    __test__ = False  # not a test class, despite its name
 
 
 @dataclass(frozen=True)
@@ -154,10 +154,17 @@ class Testbed:
         )
 
 
+def ansible_tool(name: str) -> str:
+    """An Ansible command: the one installed beside this Python (the project's venv), else the
+    one on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else name
+
+
 def resolve(inventory: str, out: Path) -> Testbed:
     """Ask Ansible for the testbed of `inventory` (and check that it is provisioned)."""
     cmd = [
-        "ansible-playbook",
+        ansible_tool("ansible-playbook"),
         "-i",
         inventory,
         "-e",
@@ -178,3 +185,65 @@ def resolve(inventory: str, out: Path) -> Testbed:
             + "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         )
     return Testbed.from_json(json.loads(out.read_text()))
+
+
+# Where a run executes: this machine, or the guests of a KVM or Xen testbed.
+TARGETS = ("bare", "kvm", "xen")
+# The inventory groups of the testbed hosts, and the hypervisor each stands for.
+HYPERVISOR_GROUPS = {"kvm_hosts": "kvm", "xen_hosts": "xen"}
+
+
+def inventory_target(inventory: str) -> str:
+    """The target an inventory implies: kvm or xen when its hosts are in kvm_hosts or xen_hosts,
+    bare when it lists none (the sample inventory). Read here with ansible-inventory; no host is
+    contacted."""
+    if not Path(inventory).exists():
+        raise TestbedError(f"no inventory at {inventory}")
+    proc = subprocess.run(
+        [ansible_tool("ansible-inventory"), "-i", inventory, "--list"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )
+    if proc.returncode != 0:
+        raise TestbedError(f"ansible-inventory cannot read {inventory}:\n{proc.stderr.strip()}")
+    groups = json.loads(proc.stdout)
+
+    def hosts(group: str) -> set[str]:
+        doc = groups.get(group, {})
+        found = set(doc.get("hosts", []))
+        for child in doc.get("children", []):
+            found |= hosts(child)
+        return found
+
+    found = {target for group, target in HYPERVISOR_GROUPS.items() if hosts(group)}
+    if len(found) > 1:
+        raise TestbedError(
+            f"{inventory} has hosts in both kvm_hosts and xen_hosts; TARGET=kvm or xen picks one"
+        )
+    return found.pop() if found else "bare"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m hvbench_load.testbed target INVENTORY [TARGET]`: print the run's target, the
+    one given or the one the inventory implies (make run uses it when TARGET is not given)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) not in (2, 3) or args[0] != "target":
+        print("usage: python -m hvbench_load.testbed target INVENTORY [TARGET]", file=sys.stderr)
+        return 2
+    given = args[2] if len(args) == 3 else ""
+    if given and given not in TARGETS:
+        print(f"make run: unknown TARGET {given!r}; valid: {', '.join(TARGETS)}", file=sys.stderr)
+        return 2
+    try:
+        print(given or inventory_target(args[1]))
+    except TestbedError as e:
+        print(f"make run: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
