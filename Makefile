@@ -189,17 +189,17 @@ ANSIBLE_INVENTORY_ARG = -i $(RUN_INVENTORY)
 ONE_OFF_HOST = $(lastword $(subst @, ,$(HOST)))
 one-off-inventory:
 ifneq ($(HOST),)
-ifneq ($(filter kvm xen,$(TARGET)),)
-	@mkdir -p build/inventory && ln -sfn $(CURDIR)/$(INVENTORY)/group_vars build/inventory/group_vars
-	@printf 'all:\n  children:\n    $(TARGET)_hosts:\n      hosts:\n        %s:\n          ansible_host: %s\n%s' \
-		'$(ONE_OFF_HOST)' '$(ONE_OFF_HOST)' \
-		'$(if $(findstring @,$(HOST)),          ansible_user: $(firstword $(subst @, ,$(HOST)))\n)' \
-		> build/inventory/hosts.yml
-else
-	@grep -qxF '        $(ONE_OFF_HOST):' build/inventory/hosts.yml 2>/dev/null || { \
+	@case "$(TARGET)" in \
+	kvm|xen) mkdir -p build/inventory && \
+		ln -sfn $(CURDIR)/$(INVENTORY)/group_vars build/inventory/group_vars && \
+		printf 'all:\n  children:\n    $(TARGET)_hosts:\n      hosts:\n        %s:\n          ansible_host: %s\n%b' \
+			'$(ONE_OFF_HOST)' '$(ONE_OFF_HOST)' \
+			'$(if $(findstring @,$(HOST)),          ansible_user: $(firstword $(subst @, ,$(HOST)))\n)' \
+			> build/inventory/hosts.yml ;; \
+	*) grep -qxF '        $(ONE_OFF_HOST):' build/inventory/hosts.yml 2>/dev/null || { \
 		echo "HOST=$(HOST): say TARGET=kvm or xen (make provision HOST=$(HOST) TARGET=... remembers it)" >&2; \
-		exit 1; }
-endif
+		exit 1; } ;; \
+	esac
 endif
 
 # GUEST_BUNDLE, MODEL_DIR and DATA_DIR may point elsewhere (the tests bundle a small model).
@@ -242,7 +242,10 @@ provision-settings:
 teardown: $(STAMP) one-off-inventory
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/teardown.yml
 
-# Checked here first, so that a bad setting never reaches a host.
+# Checked here first, so that a bad setting never reaches a host. Each tool has one
+# hypervisor, so HOST's one-off inventory puts the host in its group.
+vcpu-sched: TARGET = kvm
+xen-sched: TARGET = xen
 vcpu-sched: $(STAMP) one-off-inventory
 	$(PY) -m hvbench_load.vcpu_sched validate --domain - --sched $(SCHED) \
 		$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
@@ -253,11 +256,12 @@ vcpu-sched: $(STAMP) one-off-inventory
 		-e vcpu_sched_readback_file=$(CURDIR)/build/vcpu-sched.json
 
 # The same for a Xen host: the real-time VM's cpupool and scheduler (xl, read back).
+# read and reset take no setting: the pool's scheduler is the one read or reset.
 xen-sched: $(STAMP) one-off-inventory
-	$(PY) -m hvbench_load.xen_sched validate --sched $(SCHED) \
+	case "$(ACTION)" in read|reset) ;; *) $(PY) -m hvbench_load.xen_sched validate --sched $(SCHED) \
 		$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
 		$(if $(EXTRATIME),--extratime $(EXTRATIME)) $(if $(WEIGHT),--weight $(WEIGHT)) \
-		$(if $(CAP),--cap $(CAP))
+		$(if $(CAP),--cap $(CAP));; esac
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/xen-sched.yml \
 		-e xen_sched_action=$(ACTION) -e xen_sched=$(SCHED) -e xen_sched_budget=$(BUDGET) \
 		-e xen_sched_period=$(PERIOD) -e xen_sched_extratime=$(EXTRATIME) \

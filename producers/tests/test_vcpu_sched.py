@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from hvbench_load import vcpu_sched
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,3 +108,8 @@ def test_make_vcpu_sched_refuses_a_bad_setting_before_any_connection():
     assert proc.returncode != 0
     assert "SCHED=deadline: BUDGET 120000 us > PERIOD 100000 us" in proc.stderr
     assert "PLAY" not in proc.stdout and "UNREACHABLE" not in proc.stdout + proc.stderr
+    # HOST's one-off inventory: the host in kvm_hosts (the tool's hypervisor), user and address
+    # apart
+    doc = yaml.safe_load((REPO / "build/inventory/hosts.yml").read_text())
+    host = doc["all"]["children"]["kvm_hosts"]["hosts"]["hvbench-nonexistent.invalid"]
+    assert host == {"ansible_host": "hvbench-nonexistent.invalid", "ansible_user": "root"}
