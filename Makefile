@@ -30,6 +30,19 @@ RESULTS   ?= results
 CPU_LATENCY ?= auto
 # FORCE_TSC=1 accepts a TSC without constant_tsc/nonstop_tsc (the results say it was forced).
 FORCE_TSC ?=
+# FORCE=1 runs although a required readiness check (make check) fails; meta.json says which.
+# REQUIRE=governor,smt,... requires checks beyond the defaults (make check and make run).
+FORCE     ?=
+REQUIRE   ?=
+
+# make campaign: CAMPAIGN=campaigns/<name>.yml runs every point of the file (campaigns/README.md)
+# into $(RESULTS)/<name>/; RESUME=1 goes on with an interrupted one. make report CAMPAIGN=...
+# reports it into $(OUT)/<name>/. make rerun RUN=<run-id> repeats a run from its meta.json.
+CAMPAIGN ?=
+RESUME   ?=
+RUN      ?=
+# make check: ENFORCE=1 applies the tuning first (a testbed: make provision's host_tuning).
+ENFORCE  ?=
 
 # make report: RUNS picks runs (names or globs, comma-separated; default all in results/),
 # REF names a reference configuration (e.g. sched=credit), DEADLINE_MS adds the share of records
@@ -73,7 +86,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
 .PHONY: help venv java browser kafka flink-connector data train run report test lint bench clean \
-	provision provision-settings teardown run-bare run-testbed vcpu-sched xen-sched xen-hypervisor controller-tools testbed-tools one-off-inventory guest-bundle
+	campaign campaign-check check rerun workload-inputs provision provision-settings teardown run-bare run-testbed vcpu-sched xen-sched xen-hypervisor controller-tools testbed-tools one-off-inventory guest-bundle
 
 help:
 	@echo "make run     the experiment on this machine (bare): SCHED=none|deadline|cfs-quota"
@@ -83,8 +96,16 @@ help:
 	@echo "             xen: SCHED=rtds|credit|credit2 [BUDGET PERIOD EXTRATIME | WEIGHT CAP]"
 	@echo "             WARMUP=10 (s) RAMP=0 (s, within WARMUP) MALFORMED=0 RUN_ID=..."
 	@echo "             CPU_LATENCY=auto|off|us (C-states held during the run; auto = 0 us as root)"
+	@echo "             FORCE=1 runs although a required readiness check fails (make check)"
+	@echo "make campaign CAMPAIGN=campaigns/<name>.yml [RESUME=1]  a grid of runs with repetitions"
+	@echo "             (campaigns/README.md); make campaign-check validates every campaign file"
+	@echo "make check   is this machine (or HOST=/INVENTORY=, a testbed) ready to measure on?"
+	@echo "             governor, turbo, C-states, SMT, irqbalance, isolation, TSC, Xen pools;"
+	@echo "             ENFORCE=1 applies the tuning first. make run checks this first"
+	@echo "make rerun RUN=<run-id>  repeat a run from its results directory and compare"
 	@echo "make report  figures and tables of the runs in results/ into $(OUT)/index.html:"
 	@echo "             RUNS='a,rtds-*' REF=sched=credit DEADLINE_MS=50 XLIM_MS=100"
+	@echo "             CAMPAIGN=campaigns/<name>.yml: that campaign's runs, into $(OUT)/<name>/"
 	@echo "make provision HOST=host TARGET=kvm|xen   a bare Debian/Ubuntu host becomes a KVM or Xen"
 	@echo "             testbed (or the hosts in INVENTORY=inventory/sample); make teardown removes"
 	@echo "             the guests. Xen: XEN_BUILD=controller|host builds the RTDS hypervisor"
@@ -153,7 +174,7 @@ RUN_ARGS = --target $(TARGET) --sched $(SCHED) \
 	--records $(RECORDS) --period-ms $(SEND_MS) --warmup-s $(WARMUP) --ramp-s $(RAMP) \
 	--malformed $(MALFORMED) --cpu-latency $(CPU_LATENCY) $(if $(RUN_ID),--run-id $(RUN_ID)) \
 	--results $(RESULTS) \
-	$(if $(FORCE_TSC),--force-tsc)
+	$(if $(FORCE_TSC),--force-tsc) $(if $(FORCE),--force) $(if $(REQUIRE),--require $(REQUIRE))
 
 run: $(STAMP) one-off-inventory
 	@target=$$(PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.testbed target \
@@ -161,19 +182,47 @@ run: $(STAMP) one-off-inventory
 		$(MAKE) --no-print-directory $$(test $$target = bare && echo run-bare || echo run-testbed) \
 			TARGET=$$target
 
-run-bare: $(STAMP) kafka flink-connector
+# What a run on this machine reads: Kafka's and the connector's jars, the data, the model.
+workload-inputs: $(STAMP) kafka flink-connector
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
+
+run-bare: workload-inputs
 	$(PY) -m hvbench_load.run $(RUN_ARGS) --data $(DATA_DIR) --model $(MODEL_DIR)
 
 run-testbed: $(STAMP)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.run $(RUN_ARGS) \
 		--inventory $(RUN_INVENTORY)
 
+# The campaign file is checked whole before anything runs (also by `... target`).
+CAMPAIGN_NAME = $(basename $(notdir $(CAMPAIGN)))
+campaign: $(STAMP) one-off-inventory
+	@test -n "$(CAMPAIGN)" || { echo "make campaign: CAMPAIGN=campaigns/<name>.yml" >&2; exit 1; }
+	@target=$$($(PY) -m hvbench_load.campaign target $(CAMPAIGN)) && \
+		{ test $$target != bare || $(MAKE) --no-print-directory workload-inputs; } && \
+		PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.campaign run $(CAMPAIGN) \
+			--results $(RESULTS) $(if $(RESUME),--resume) --data $(DATA_DIR) --model $(MODEL_DIR) \
+			$$(test $$target = bare || echo --inventory $(RUN_INVENTORY))
+
+campaign-check: $(STAMP)
+	$(PY) -m hvbench_load.campaign validate campaigns/*.yml
+
+# This machine, or with HOST= or INVENTORY= (hosts in it) the testbed's host and guests.
+check: $(STAMP) one-off-inventory
+	@PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.readiness check $(if $(ENFORCE),--enforce) \
+		$(if $(REQUIRE),--require $(REQUIRE)) \
+		$$(test "$$($(PY) -m hvbench_load.testbed target $(RUN_INVENTORY) $(TARGET))" = bare \
+			|| echo --inventory $(RUN_INVENTORY))
+
+rerun: $(STAMP)
+	@test -n "$(RUN)" || { echo "make rerun: RUN=<run-id> (a directory in $(RESULTS)/)" >&2; exit 1; }
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.rerun --run $(RUN) --results $(RESULTS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-lint --offline -q --profile production playbooks/ roles/ inventory/
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook --syntax-check playbooks/*.yml
+	$(PY) -m hvbench_load.campaign validate campaigns/*.yml
 
 # The controller builds guest images with mmdebstrap (from the distribution's mirror) and keeps
 # the testbed's SSH key, which the guests trust, in build/ssh/.
@@ -268,8 +317,10 @@ xen-sched: $(STAMP) one-off-inventory
 		-e xen_sched_weight=$(WEIGHT) -e xen_sched_cap=$(CAP) \
 		-e xen_sched_readback_file=$(CURDIR)/build/xen-sched.json
 
+REPORT_RESULTS = $(if $(CAMPAIGN),$(RESULTS)/$(CAMPAIGN_NAME),$(RESULTS))
+REPORT_OUT     = $(if $(CAMPAIGN),$(OUT)/$(CAMPAIGN_NAME),$(OUT))
 report: $(STAMP)
-	$(PY) -m hvbench_analysis.report --results $(RESULTS) --out $(OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))
+	$(PY) -m hvbench_analysis.report --results $(REPORT_RESULTS) --out $(REPORT_OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))
 
 # The provisioning tests boot a QEMU guest as the bare-metal host (TCG) and build images with
 # mmdebstrap from the distribution's mirror.

@@ -49,12 +49,15 @@ def test_table_4_layout_budget_and_period(tmp_path):
     )
     write_run(tmp_path / "d", with_max(5_000_000), target="xen", sched="credit", cap=50)
     measured = load_runs(run_dirs(tmp_path)).measured
+    # b and b2 are two runs of one configuration: the repetition columns appear; with two runs
+    # the interval spans the two values
     assert tables.to_markdown(tables.max_table_budget_period(measured)) == (
-        "| Scheduler | Budget (µs) | Period (µs) | Max (ms) |\n"
-        "|---|---:|---:|---:|\n"
-        "| RTDS | 50000 | 100000 | 30.25 |\n"
-        "| RTDS | 77500 | 100000 | 14.00 |\n"
-        "| RTDS | 150000 | 200000 | 9.00 |\n"
+        "| Scheduler | Budget (µs) | Period (µs) | Max (ms) | Runs | Mean max (ms) [95 % CI] "
+        "| Mean p99 (ms) [95 % CI] |\n"
+        "|---|---:|---:|---:|---:|---|---|\n"
+        "| RTDS | 50000 | 100000 | 30.25 | 1 | 30.25 | 15.12 |\n"
+        "| RTDS | 77500 | 100000 | 14.00 | 2 | 13.25 [12.50, 14.00] | 6.62 [6.25, 7.00] |\n"
+        "| RTDS | 150000 | 200000 | 9.00 | 1 | 9.00 | 4.50 |\n"
     )
     table = tables.max_table_budget_period(measured)
     assert table["Max (ms)"].tolist() == [30.25, 14.000001, 9.0]  # CSV keeps full precision

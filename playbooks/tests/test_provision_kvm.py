@@ -354,6 +354,12 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     assert meta["host"]["realtime"]["versions"]["apache-flink"] == "2.3.0"
     assert meta["kafka"]["bootstrap"].startswith("127.0.0.1:")  # hvbench_private_address
     assert meta["clock"]["tsc"]["forced"] is not None
+    # the readiness checks ran on the host and the guests; under TCG only the TSC may fail
+    ready = meta["readiness"]
+    assert not ready["refused"] and {f["check"] for f in ready["failed_required"]} <= {"tsc"}
+    host_checks = {c["check"]: c["status"] for c in next(iter(ready["checks"].values()))}
+    assert host_checks["irqbalance"] == "pass" and "governor" in host_checks
+    assert any(f.get("kvm") for f in ready["facts"].values())  # QEMU and libvirt versions
     # torn down: the setting is reset, nothing is left running, the run's files came back
     cpu_max = on_host(
         host,
@@ -365,6 +371,31 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     assert left.strip() == ""
     assert on_host(host, "ls /var/lib/hvbench/work").strip() == ""
     assert (results / "kvm-cfs/logs/job.out").exists()
+
+
+def test_make_check_enforces_the_tuning_and_checks_every_machine(host):
+    """make check on the testbed: ENFORCE=1 applies make provision's tuning (nothing left to
+    change), then the host and the guests are checked. Under TCG the TSC lacks nonstop_tsc,
+    a required check, so make check fails and says so."""
+    proc = subprocess.run(
+        ["make", "-s", "check", f"INVENTORY={host[1].parent}", "ENFORCE=1"],
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    out = proc.stdout
+    assert "changed=0" in out, out[-4000:] + proc.stderr[-2000:]
+    # "<mark> <machine> <check> <required|advised> <found>", one line per machine and check
+    rows = re.findall(r"^(ok  |FAIL|warn|n/a ) (.+?)\s+(\w+)\s+(required|advised) ", out, re.M)
+    machines = {machine for _, machine, _, _ in rows}
+    assert len(machines) >= 2, out[-3000:]  # the host and its guests
+    assert {check for _, _, check, _ in rows} >= {"tsc", "governor", "cstates", "irqbalance"}
+    failed = [check for mark, _, check, _ in rows if mark == "FAIL"]
+    assert (proc.returncode != 0) == bool(failed), out[-3000:]  # make exits 2 on a failure
+    assert set(failed) <= {"tsc"}, out[-3000:]
 
 
 def test_a_bad_setting_is_refused_on_the_host_too(host):

@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 from hostvm import BASE_PACKAGES, REPO, XEN_PACKAGES, HostVM, build_image, run_playbook
+from hvbench_load import readiness
+from hvbench_load.testbed import Machine
 
 CACHE = Path(os.environ.get("HVBENCH_TEST_CACHE", "/var/cache/hvbench-test"))
 BUILD_SCRIPT = REPO / "roles/xen_host/files/build-xen-hypervisor"
@@ -158,6 +160,28 @@ def test_the_guests_run_pinned_in_their_pools(host):
                              vcpus, re.M), vcpus  # fmt: skip
     assert on_host(host, "ls /etc/xen/auto").stdout.split() == [f"{MESSAGING}.cfg", f"{GUEST}.cfg"]
     assert "192.168.123.1/24" in on_host(host, "ip -4 addr show xenbr-hvbench").stdout
+
+
+def test_the_readiness_probe_reads_the_xen_host(host):
+    """make check's probe, sent to the host as make run sends it (the file on python3's stdin),
+    and the checks of what provisioning set: Xen's governor and C-states, dom0's pinning, the
+    real-time cpupool, the guests' TSC mode."""
+    vm = host[0]
+    machine = Machine("host", ssh=("ssh", *vm.ssh_options(), "-p", str(vm.port), "root@127.0.0.1"))
+    facts = readiness.probe_machine(machine)
+    xen = facts["xen"]
+    # built from Debian's source package: no changeset; the build file says where it came from
+    assert xen["version"].startswith("4.17") and "changeset" in xen
+    assert "CONFIG_SCHED_RTDS=y" in xen["build"]
+    assert {p["name"]: p.get("cpu_list") for p in xen["cpupools"]} == {"Pool-0": "0,1", POOL: "2,3"}
+    assert xen["domains"][GUEST]["pool"] == POOL and xen["domains"][MESSAGING]["pool"] == "Pool-0"
+    assert xen["domains"][GUEST]["tsc_mode"] == "default"
+    assert xen["dom0_vcpus"] == [{"vcpu": "0", "cpu": "0", "hard": "0"}]
+    checks = readiness.evaluate(facts, "host", {"realtime_domain": GUEST, "realtime_pool": POOL})
+    statuses = {c["check"]: c["status"] for c in checks}
+    for name in ("governor", "cstates", "irqbalance", "xen_dom0_pinned", "xen_rt_pool"):
+        assert statuses[name] == "pass", checks
+    assert statuses["xen_tsc_mode"] == "pass"
 
 
 def test_the_guests_boot_and_take_their_key(host):

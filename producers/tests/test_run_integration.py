@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hvbench_load import run
+from hvbench_load import readiness, run
 
 REPO = Path(__file__).resolve().parents[2]
 MALFORMED = 8
@@ -199,3 +199,86 @@ def test_scheduler_settings_are_applied_and_read_back(
             assert r["policy"] == "SCHED_DEADLINE"
             assert (r["runtime_ns"], r["period_ns"]) == (30_000_000, 100_000_000)
     assert leftover_processes(tmp_path) == []
+
+
+def test_meta_is_a_bundle_a_run_can_be_repeated_from(plain_run, small_model):
+    _, _, results = plain_run
+    meta = json.loads((results / "meta.json").read_text())
+    assert meta["inputs"]["model"] == str(Path(small_model).resolve())
+    assert meta["requested"]["drain_s"] == 15 and meta["requested"]["force"] is False
+    assert meta["invocation"]["argv"] and meta["rerun_of"] is None
+    assert len(meta["git"]["commit"]) == 40 and isinstance(meta["git"]["dirty"], bool)
+    assert isinstance(meta["git"]["changed"], list)
+    packages = meta["versions"]["packages"]
+    assert packages["apache-flink"] == "2.3.0" and packages["pandas"]
+    ready = meta["readiness"]
+    assert not ready["failed_required"] and not ready["forced"] and not ready["refused"]
+    (tsc,) = [c for c in ready["checks"]["this machine"] if c["check"] == "tsc"]
+    assert tsc["required"] and tsc["status"] == "pass"
+    assert ready["facts"]["this machine"]["tsc_flags"]
+
+
+def failing_advised_check() -> str:
+    """A check that fails on this machine but is not required here (isolated_cpus on a
+    machine without isolcpus=): requiring it makes the machine fail its readiness for real."""
+    results, _ = readiness.check_here()
+    failing = [
+        c["check"] for c in results["this machine"] if c["status"] == "fail" and not c["required"]
+    ]
+    assert failing, "every readiness check passes here: none to require for this test"
+    return failing[0]
+
+
+def test_a_machine_failing_a_required_check_is_refused(small_data, small_model, tmp_path, capsys):
+    check = failing_advised_check()
+    assert run.main(run_args(tmp_path, small_data[0], small_model, "--require", check)) == 1
+    err = capsys.readouterr().err
+    assert "not ready to measure on" in err and f"this machine: {check} is" in err
+    assert "FORCE=1" in err
+    assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
+
+
+@pytest.fixture(scope="module")
+def forced_run(small_data, small_model, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("forced")
+    check = failing_advised_check()
+    args = run_args(tmp_path, small_data[0], small_model, "--run-id", "forced")
+    args[1] = "60"  # records
+    args += ["--sched", "cfs-quota", "--budget", "80000", "--require", check, "--force"]
+    return run.main(args), tmp_path, check
+
+
+def test_a_forced_run_records_the_checks_it_failed(forced_run):
+    code, tmp_path, check = forced_run
+    assert code == 0
+    meta = json.loads((tmp_path / "results/forced/meta.json").read_text())
+    ready = meta["readiness"]
+    assert ready["forced"] and not ready["refused"]
+    (failed,) = ready["failed_required"]
+    assert failed["check"] == check and failed["machine"] == "this machine" and failed["forced"]
+    assert meta["requested"]["require"] == check and meta["counts"]["accounted"]
+
+
+def test_make_rerun_repeats_a_run_from_its_bundle(forced_run):
+    code, tmp_path, check = forced_run
+    assert code == 0
+    proc = subprocess.run(
+        ["make", "-s", "rerun", "RUN=forced", f"RESULTS={tmp_path / 'results'}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "settings requested equal, read back equal, model equal" in proc.stdout
+    original = json.loads((tmp_path / "results/forced/meta.json").read_text())
+    again = json.loads((tmp_path / "results/forced-rerun1/meta.json").read_text())
+    assert again["rerun_of"] == str((tmp_path / "results/forced").resolve())
+    for key in ("target", "sched", "budget_us", "period_us", "records", "producer_period_ms"):
+        assert again["requested"][key] == original["requested"][key]
+    assert again["sched"]["readback"]["quota_us"] == 80000
+    assert again["readiness"]["forced"] and again["requested"]["require"] == check
+    comparison = json.loads((tmp_path / "results/forced-rerun1/rerun.json").read_text())
+    assert comparison["settings_equal"] and comparison["readback_equal"]
+    assert comparison["packages_changed"] == {}
+    assert not (REPO / "work/forced-rerun1").exists()

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from hvbench_analysis.load import CONFIG
-from hvbench_analysis.stats import summarize
+from hvbench_analysis.stats import percentile, summarize, tail_levels
 
 # Statistics compared across configurations (per run, then over runs).
 COMPARED = ("p50_ms", "p90_ms", "p99_ms", "p99.9_ms", "max_ms", "mean_ms")
@@ -58,14 +58,28 @@ def bootstrap_mean_ci(
     values: np.ndarray, rng: np.random.Generator, level: float = LEVEL
 ) -> tuple[float, float]:
     """95 % interval for the mean of per-run values (n ≥ 2), expanded percentile bootstrap."""
+    low, high = bootstrap_mean_cis(np.asarray(values, dtype=float)[:, None], rng, level)
+    return float(low[0]), float(high[0])
+
+
+def bootstrap_mean_cis(
+    values: np.ndarray, rng: np.random.Generator, level: float = LEVEL
+) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals as bootstrap_mean_ci for many statistics at once: `values` holds one row per
+    run and one column per statistic. The same resamples of runs serve every column, so the
+    intervals of neighbouring statistics (e.g. quantiles) are consistent with each other."""
     values = np.asarray(values, dtype=float)
-    n = len(values)
+    n, columns = values.shape
     if n < 2:
-        return float("nan"), float("nan")
-    means = values[rng.integers(0, n, size=(RESAMPLES, n))].mean(axis=1)
+        return np.full(columns, np.nan), np.full(columns, np.nan)
+    picks = rng.integers(0, n, size=(RESAMPLES, n))
+    # how often each resample holds each run: the means are then one matrix product
+    slots = picks + n * np.arange(RESAMPLES)[:, None]
+    counts = np.bincount(slots.ravel(), minlength=RESAMPLES * n).reshape(RESAMPLES, n)
+    means = counts @ values / n
     alpha = expanded_alpha(n, level)
-    low, high = np.quantile(means, [alpha, 1 - alpha])
-    return float(low), float(high)
+    low, high = np.quantile(means, [alpha, 1 - alpha], axis=0)
+    return low, high
 
 
 def bootstrap_difference_ci(
@@ -81,6 +95,19 @@ def bootstrap_difference_ci(
     alpha = expanded_alpha(min(len(a), len(b)), level)
     low, high = np.quantile(diffs, [alpha, 1 - alpha])
     return float(low), float(high)
+
+
+def ecdf_band(
+    runs_values: list[np.ndarray], rng: np.random.Generator, level: float = LEVEL
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(F, mean, low, high): at each probability level F, the mean over runs of each run's
+    nearest-rank quantile x_r(F), with its bootstrap interval over runs (as bootstrap_mean_ci).
+    The levels are dense in the tail and stop at F = 1, each run's maximum. Every run needs at
+    least one sample."""
+    levels = tail_levels(min(len(v) for v in runs_values))
+    quantiles = np.array([percentile(np.asarray(v), levels * 100) for v in runs_values], float)
+    low, high = bootstrap_mean_cis(quantiles, rng, level)
+    return levels, quantiles.mean(axis=0), low, high
 
 
 def ks_test(a_ns: np.ndarray, b_ns: np.ndarray) -> tuple[float, float]:

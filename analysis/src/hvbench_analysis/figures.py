@@ -1,4 +1,5 @@
-"""Figures (matplotlib, PNG and SVG): ECDF overlays, latency densities, latency over time."""
+"""Figures (matplotlib, PNG and SVG): ECDF overlays (with intervals across repetitions),
+latency densities, latency over time."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import ticker
+from matplotlib.patches import Patch
 
+from hvbench_analysis.compare import ecdf_band
 from hvbench_analysis.stats import ecdf_points, percentile
 
 WIDTH, HEIGHT = 7.0, 4.0  # inches; a column-and-a-half figure
@@ -74,6 +77,41 @@ def ecdf(
     ax.set_ylabel("fraction of records ≤ x")
     ax.set_title(title)
     ax.legend(loc="lower right")
+    return fig
+
+
+def ecdf_bands(
+    configs: list[tuple[str, list[np.ndarray]]], title: str, seed: int = 0
+) -> plt.Figure:
+    """ECDF of latency (ms, log scale) per configuration, its runs pooled, each given as
+    (label, [latencies of each run]). A configuration with ≥ 2 runs gets a shaded band: at each
+    level F, the 95 % bootstrap interval over runs of the mean of the runs' F-quantiles
+    (compare.ecdf_band), so run-to-run spread shows where the curves may really differ."""
+    fig, ax = axes()
+    rng = np.random.default_rng(seed)
+    banded = False
+    for label, runs_ns in configs:
+        runs_ms = [np.asarray(v, float) / 1e6 for v in runs_ns if len(v)]
+        if not runs_ms:
+            continue
+        pooled = np.concatenate(runs_ms)
+        x, f = ecdf_points(pooled)
+        runs = f"{len(runs_ms)} run" + ("s" if len(runs_ms) > 1 else "")
+        (line,) = ax.step(x, f, where="post", lw=1.2, label=f"{label} ({runs}, n={len(pooled):,})")
+        if len(runs_ms) > 1:
+            levels, _, low, high = ecdf_band(runs_ms, rng)
+            ax.fill_betweenx(levels, low, high, color=line.get_color(), alpha=0.25, lw=0)
+            banded = True
+    ax.set_xscale("log")
+    plain_log_axis(ax.xaxis)
+    ax.set_ylim(0, 1.01)
+    ax.set_xlabel("end-to-end latency (ms, log scale)")
+    ax.set_ylabel("fraction of records ≤ x")
+    ax.set_title(title)
+    handles, _ = ax.get_legend_handles_labels()
+    if banded:
+        handles.append(Patch(color="0.5", alpha=0.35, label="95 % interval over runs"))
+    ax.legend(handles=handles, loc="lower right")
     return fig
 
 

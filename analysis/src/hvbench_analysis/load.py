@@ -29,12 +29,17 @@ TAGS = (
     "extratime",
     "cap",
     "weight",
+    "priority",  # SCHED_FIFO on kvm
+    "rate",  # records/s over all producers: runs at different rates are different configs
     "rep",
     "run_id",
 )
 # A configuration is everything but the repetition and the run's name.
 CONFIG = tuple(t for t in TAGS if t not in ("rep", "run_id"))
 HYPERVISOR_OF_TARGET = {"bare": "none", "kvm": "kvm", "xen": "xen"}
+# The load: six producers, each sending one record per period (100 ms unless set otherwise).
+PRODUCERS = 6
+DEFAULT_RATE_PER_S = 60.0
 
 SAMPLE_COLUMNS = (
     "detector",
@@ -109,9 +114,21 @@ def tags_of(meta: dict) -> dict:
         "extratime": requested.get("extratime"),
         "cap": requested.get("cap"),
         "weight": requested.get("weight"),
+        "priority": requested.get("priority"),
+        "rate": rate_per_s(requested.get("producer_period_ms")),
         "rep": requested.get("rep"),
         "run_id": meta.get("run_id"),
     }
+
+
+def rate_per_s(producer_period_ms) -> float | None:
+    """Records per second over all producers, from each producer's send period; None if the
+    period is absent or not a positive number."""
+    if isinstance(producer_period_ms, bool) or not isinstance(producer_period_ms, int | float):
+        return None
+    if not producer_period_ms > 0:
+        return None
+    return PRODUCERS * 1000.0 / producer_period_ms
 
 
 def read_run(directory: Path, include_warmup: bool) -> tuple[dict, pd.DataFrame]:
@@ -185,6 +202,7 @@ def facts(meta: dict) -> dict:
         "sched_readback_at_end": meta.get("sched_at_end"),
         "warmup_excluded_s": meta.get("warmup_excluded_s"),
         "started_at": meta.get("started_at"),
+        "campaign": (meta.get("requested") or {}).get("campaign"),
         "problems": "; ".join(problems),
     }
 
@@ -207,6 +225,7 @@ def load_runs(directories: list[Path | str], include_warmup: bool = False) -> Ru
         rows.append({**tags, **facts(run["meta"]), "path": str(run["path"])})
         for tag, value in tags.items():
             samples[tag] = value
+        samples["rate"] = samples["rate"].astype(float)  # NaN, not None, where it is unknown
         frames.append(samples)
     runs = pd.DataFrame(rows, columns=[*TAGS, *facts({}).keys(), "path"])
     number_repetitions(runs)
@@ -243,12 +262,28 @@ def number_repetitions(runs: pd.DataFrame) -> None:
 
 
 def config_label(row) -> str:
-    """A short name for a configuration: sched and the settings it has, e.g. rtds P100000 B77500."""
+    """A short name for a configuration: sched and the settings it has, and the rate unless it is
+    the default, e.g. xen/rtds P100000 B77500 @120/s."""
     parts = [f"{row['target']}/{row['sched']}"]
-    for tag, short in (("period", "P"), ("budget", "B"), ("cap", "cap"), ("weight", "w")):
+    for tag, short in (
+        ("period", "P"),
+        ("budget", "B"),
+        ("cap", "cap"),
+        ("weight", "w"),
+        ("priority", "prio"),
+    ):
         value = row.get(tag)
         if value is not None and not pd.isna(value):
             parts.append(f"{short}{int(value)}")
     if row.get("extratime") is not None and not pd.isna(row.get("extratime")):
         parts.append(f"e{int(row['extratime'])}")
+    if rate := rate_label(row.get("rate")):
+        parts.append(f"@{rate}/s")
     return " ".join(parts)
+
+
+def rate_label(rate) -> str:
+    """The rate as text (120, 857.143) if it is known and not the default 60/s, else ""."""
+    if rate is None or pd.isna(rate) or rate == DEFAULT_RATE_PER_S:
+        return ""
+    return f"{rate:g}"

@@ -6,7 +6,9 @@ tables (Markdown, CSV) and HdrHistogram logs beside it.
 
 For each run the page says the scheduler settings read back, the clock and the counts, and
 flags runs with unaccounted records. Runs that cannot be read are listed with the reason and
-left out of every figure and table.
+left out of every figure and table. A campaign's folder (results/<campaign>, holding
+campaign.json) also gets a section on the campaign: its runs by status, the runs that are not
+done and why, and the sustainable rates of a rate search.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis import compare, figures, hdr, tables
+from hvbench_analysis import campaign, compare, figures, hdr, tables
 from hvbench_analysis.load import Runs, config_label, load_runs, run_dirs
 
 CSS = """
@@ -155,6 +157,7 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
             + html.escape("; ".join(f"{n}: {r}" for n, r in runs.skipped))
             + "</p>"
         )
+    campaign_section(page, results, tables_dir, runs, picked=bool(names))
 
     # Tables
     page.h(2, "Latency percentiles per configuration (repetitions pooled)")
@@ -171,18 +174,25 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
         (
             "max_budget_period",
             "Budget and period (the paper's Table 4)",
-            tables.max_table_budget_period(measured),
+            tables.max_table_budget_period(measured, args.seed),
         ),
-        ("max_cap", "Cap (the paper's Table 5)", tables.max_table_cap(measured)),
+        ("max_cap", "Cap (the paper's Table 5)", tables.max_table_cap(measured, args.seed)),
         (
             "max_scheduler",
             "Scheduler defaults (the paper's Table 6)",
-            tables.max_table_scheduler(measured),
+            tables.max_table_scheduler(measured, args.seed),
         ),
     ):
         page.h(3, caption)
         page.table(table, name)
         tables.write(table, tables_dir, name)
+    if any(group["run_id"].nunique() > 1 for _, group in tables.by_config(measured)):
+        page.p(
+            "Max: the largest sample of all runs of the configuration. Mean max and mean p99: "
+            "the mean over runs of each run's maximum and p99, with a 95 % bootstrap interval "
+            "over runs (a configuration with one run has none).",
+            "note",
+        )
 
     page.h(2, "Latency from the intended send next to the actual send")
     page.p(
@@ -251,6 +261,7 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
                 name,
             )
             page.figure(png, f"ECDF per repetition, {config_label(tags)}", name)
+    band_figures(page, configs, families, figures_dir, args.seed)
 
     page.h(2, "Density per configuration")
     png = figures.save(
@@ -270,6 +281,7 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
             "period",
             "budget",
             "cap",
+            "rate",
             "rep",
             "sent",
             "received",
@@ -338,6 +350,99 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "index.html").write_text(page.render())
     return runs, out
+
+
+def campaign_section(page: Page, results: Path, tables_dir: Path, runs: Runs, picked: bool) -> None:
+    """The campaign the results folder holds, if any: what it is, its runs by status, the runs
+    that are not done and why, and the sustainable rates of a rate search. An unreadable
+    campaign.json is flagged; the runs are reported without it."""
+    try:
+        doc = campaign.read_campaign(results)
+    except campaign.CampaignFileError as e:
+        page.h(2, "Campaign")
+        page.raw(f'<p class="flag">{html.escape(str(e))}; the runs are reported without it.</p>')
+        return
+    if doc is None:
+        return
+    page.h(2, "Campaign")
+    page.p(campaign.summary(doc))
+    # A run listed as done without a run directory here is missing from every table below.
+    known = set(runs.runs["run_id"]) | {name for name, _ in runs.skipped}
+    absent = [run_id for run_id in campaign.done_run_ids(doc) if run_id not in known]
+    if absent and not picked:
+        page.raw(
+            f'<p class="flag">Done in {campaign.CAMPAIGN_FILE} but without a run directory '
+            f"here: {html.escape(', '.join(absent))}</p>"
+        )
+    not_done = campaign.runs_not_done(doc)
+    page.h(3, "Runs not done")
+    if not_done.empty:
+        page.p("Every run of the campaign is done.", "note")
+    else:
+        page.table(not_done, "campaign_runs_not_done")
+    tables.write(not_done, tables_dir, "campaign_runs_not_done")
+    if doc.get("search") is not None:
+        rates = campaign.sustainable_rates(doc)
+        page.h(3, "Sustainable rate")
+        page.table(rates, "campaign_sustainable_rate")
+        page.p(
+            "The highest input rate (records/s over the six producers) at which every run of the "
+            "trial finished, accounted for every record and kept its p99 within the SLO.",
+            "note",
+        )
+        tables.write(rates, tables_dir, "campaign_sustainable_rate")
+
+
+def run_curves(groups: list[tuple[dict, pd.DataFrame]]) -> list[tuple[str, list[np.ndarray]]]:
+    """(label, [latencies of each run]) per configuration."""
+    return [
+        (
+            config_label(tags),
+            [run["latency_ns"].to_numpy() for _, run in group.groupby("run_id", observed=True)],
+        )
+        for tags, group in groups
+    ]
+
+
+def band_figures(
+    page: Page,
+    configs: list[tuple[dict, pd.DataFrame]],
+    families: dict[tuple, list[tuple[dict, pd.DataFrame]]],
+    figures_dir: Path,
+    seed: int,
+) -> None:
+    """ECDFs with intervals across repetitions, all configurations and per target/sched family,
+    when some configuration has ≥ 2 runs."""
+
+    def repeated(groups: list[tuple[dict, pd.DataFrame]]) -> bool:
+        return any(group["run_id"].nunique() > 1 for _, group in groups)
+
+    if not repeated(configs):
+        return
+    page.h(2, "ECDF with intervals across repetitions")
+    page.p(
+        "Line: all runs of a configuration pooled. Band: at each fraction F, the 95 % bootstrap "
+        "interval over runs of the mean of each run's F-quantile (nearest rank), from the same "
+        "expanded percentile bootstrap as the tables; it shows how far run-to-run variation "
+        "alone moves the curve. Configurations with one run have no band.",
+        "note",
+    )
+    png = figures.save(
+        figures.ecdf_bands(run_curves(configs), "All configurations", seed),
+        figures_dir,
+        "ecdf_bands_all",
+    )
+    caption = "ECDF with 95 % intervals over runs of the mean quantile (shaded)"
+    page.figure(png, f"{caption}, all configurations", "ecdf_bands_all")
+    for (target, sched), members in families.items():
+        if len(members) > 1 and len(families) > 1 and repeated(members):
+            name = safe_name(f"ecdf_bands_{target}_{sched}")
+            png = figures.save(
+                figures.ecdf_bands(run_curves(members), f"{target} / {sched}", seed),
+                figures_dir,
+                name,
+            )
+            page.figure(png, f"{caption}, {target} / {sched}", name)
 
 
 def reps_table(reps: pd.DataFrame) -> pd.DataFrame:

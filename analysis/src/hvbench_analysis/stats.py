@@ -77,3 +77,12 @@ def ecdf_points(values: np.ndarray, body: int = 2_000, tail: int = 1_000) -> tup
     rank_tail = n - np.logspace(np.log10(n * 0.01), 0, tail)  # top 1 % down to the last one
     ranks = np.unique(np.concatenate([rank_body, rank_tail, [0, n - 1]]).round().astype(int))
     return x[ranks], f[ranks]
+
+
+def tail_levels(n: int, body: int = 200, tail: int = 200) -> np.ndarray:
+    """Probability levels F at which to compare quantiles of samples of at least n values,
+    like ecdf_points: evenly in F for the body, evenly in log(1 − F) over the top 1 % down to
+    1 − 1/n, and F = 1 (the maximum)."""
+    in_body = np.linspace(min(1 / n, 0.99), 0.99, body)
+    in_tail = 1 - np.logspace(-2, np.log10(1 / n), tail) if n > 100 else []
+    return np.unique(np.concatenate([in_body, in_tail, [1.0]]))

@@ -22,15 +22,21 @@ def write_run(
     period: int | None = None,
     cap: int | None = None,
     rep: int | None = None,
+    campaign: str | None = None,
     warmup: int = 0,
     missing: int = 0,
-    send_period_ns: int = 100_000_000 // 6,
+    producer_period_ms: float = 100.0,
+    send_period_ns: int | None = None,
     intended_lag_ns: np.ndarray | None = None,
     started_at: str = "2026-01-01T00:00:00+00:00",
 ) -> Path:
     """A run whose measured latencies are exactly `latency_ns` (in order), preceded by `warmup`
-    warm-up records of 1 s latency, plus `missing` records that never came back."""
+    warm-up records of 1 s latency, plus `missing` records that never came back. Each of the six
+    producers sends every `producer_period_ms`, so records are that period / 6 apart unless
+    `send_period_ns` says otherwise."""
     latency = np.asarray(latency_ns, dtype=np.int64)
+    if send_period_ns is None:
+        send_period_ns = round(producer_period_ms * 1e6 / len(DETECTORS))
     n = warmup + len(latency) + missing
     seq = np.arange(n)
     intended = 1_000_000_000_000 + seq * send_period_ns
@@ -70,7 +76,10 @@ def write_run(
             "period_us": period,
             "cap": cap,
             "rep": rep,
+            "campaign": campaign,
             "records": n,
+            "producer_period_ms": producer_period_ms,
+            "producers": len(DETECTORS),
         },
         "started_at": started_at,
         "sched": {"applied": sched, "readback": {"budget_us": budget, "period_us": period}},

@@ -1,7 +1,9 @@
 """Tables (Markdown and CSV): percentiles per run and per configuration, the paper's maximum-
 latency layouts (Tables 4, 5 and 6), and latency from the intended send next to the actual.
 
-Every maximum is the largest raw sample of the runs concerned.
+Every maximum is the largest raw sample of the runs concerned. When a configuration has
+repetitions, the maximum-latency tables also give the mean over runs of each run's maximum and
+p99, with 95 % bootstrap intervals over runs (compare.bootstrap_mean_ci).
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis.load import CONFIG, config_label
-from hvbench_analysis.stats import summarize
+from hvbench_analysis.compare import bootstrap_mean_ci
+from hvbench_analysis.load import CONFIG, config_label, rate_label
+from hvbench_analysis.stats import percentile, summarize
 
 SCHEDULER_NAMES = {
     "rtds": "RTDS",
@@ -24,6 +27,8 @@ SCHEDULER_NAMES = {
     "fifo": "SCHED_FIFO",
     "none": "default",
 }
+# Columns of a row of the maximum-latency tables before they are laid out.
+MAX_ROW_COLUMNS = ["Scheduler", "rate", "Rate (/s)", "Max (ms)", "run_max", "run_p99"]
 
 
 def scheduler_name(sched: str, target: str, several_targets: bool) -> str:
@@ -64,48 +69,112 @@ def _max_rows(measured: pd.DataFrame, which) -> list[dict]:
     rows = []
     for tags, group in by_config(measured):
         if which(tags):
+            run_max, run_p99 = per_run_max_p99(group)
             rows.append(
                 {
                     "Scheduler": scheduler_name(tags["sched"], tags["target"], several_targets),
-                    **{k: tags[k] for k in ("budget", "period", "cap", "extratime")},
+                    **{k: tags[k] for k in ("budget", "period", "cap", "extratime", "rate")},
+                    "Rate (/s)": rate_text(tags["rate"]),
                     "Max (ms)": float(group["latency_ns"].max()) / 1e6,
+                    "run_max": run_max,
+                    "run_p99": run_p99,
                 }
             )
     return rows
+
+
+def per_run_max_p99(group: pd.DataFrame) -> tuple[list[float], list[float]]:
+    """Each run's maximum and nearest-rank p99 (ms), in run id order."""
+    maxima, p99s = [], []
+    for _, run in group.groupby("run_id", observed=True, sort=True):
+        ms = run["latency_ns"].to_numpy() / 1e6
+        maxima.append(float(ms.max()))
+        p99s.append(float(percentile(ms, 99)))
+    return maxima, p99s
+
+
+def rate_text(rate) -> str:
+    return "" if not _has(rate) else f"{rate:g}"
 
 
 def _has(value) -> bool:
     return value is not None and not pd.isna(value)
 
 
-def max_table_budget_period(measured: pd.DataFrame) -> pd.DataFrame:
-    """Table 4: Scheduler | Budget (µs) | Period (µs) | Max (ms), for runs with a budget."""
+def _with_rate_and_runs(table: pd.DataFrame, columns: list[str], seed: int) -> pd.DataFrame:
+    """The table's columns, with "Rate (/s)" before the maximum when some configuration runs at
+    another rate than the default, and the repetition columns when some has ≥ 2 runs."""
+    columns = list(columns)
+    if table["rate"].map(rate_label).astype(bool).any():
+        columns.insert(columns.index("Max (ms)"), "Rate (/s)")
+    if not (table["run_max"].map(len) >= 2).any():
+        return table[columns]
+    rng = np.random.default_rng(seed)
+    table = table.assign(
+        **{
+            "Runs": table["run_max"].map(len),
+            "Mean max (ms) [95 % CI]": [mean_with_ci(v, rng) for v in table["run_max"]],
+            "Mean p99 (ms) [95 % CI]": [mean_with_ci(v, rng) for v in table["run_p99"]],
+        }
+    )
+    return table[[*columns, "Runs", "Mean max (ms) [95 % CI]", "Mean p99 (ms) [95 % CI]"]]
+
+
+def mean_with_ci(values: list[float], rng: np.random.Generator) -> str:
+    """The mean over runs as text with its interval (compare.bootstrap_mean_ci), e.g.
+    13.25 [12.50, 14.00]; the mean alone for one run."""
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return f"{mean:.2f}"
+    low, high = bootstrap_mean_ci(np.asarray(values), rng)
+    return f"{mean:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def max_table_budget_period(measured: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Table 4: Scheduler | Budget (µs) | Period (µs) | Max (ms), for runs with a budget; with
+    repetitions, also the mean over runs of each run's maximum and p99, with 95 % intervals."""
     rows = _max_rows(measured, lambda t: _has(t["budget"]) and _has(t["period"]))
-    table = pd.DataFrame(rows, columns=["Scheduler", "budget", "period", "extratime", "Max (ms)"])
-    table = table.sort_values(["Scheduler", "period", "budget"], ignore_index=True)
+    table = pd.DataFrame(rows, columns=[*MAX_ROW_COLUMNS, "budget", "period", "extratime"])
+    table = table.sort_values(["Scheduler", "period", "budget", "rate"], ignore_index=True)
     table["Budget (µs)"] = table["budget"].astype("Int64")
     table["Period (µs)"] = table["period"].astype("Int64")
+    columns = ["Scheduler", "Budget (µs)", "Period (µs)", "Max (ms)"]
     if table["extratime"].map(_has).any():
         table["Extratime"] = table["extratime"].map(lambda v: "on" if v else "off")
-        return table[["Scheduler", "Budget (µs)", "Period (µs)", "Extratime", "Max (ms)"]]
-    return table[["Scheduler", "Budget (µs)", "Period (µs)", "Max (ms)"]]
+        columns.insert(3, "Extratime")
+    return _with_rate_and_runs(table, columns, seed)
 
 
-def max_table_cap(measured: pd.DataFrame) -> pd.DataFrame:
-    """Table 5: Scheduler | Cap (%) | Max (ms), for runs with a cap."""
+def max_table_cap(measured: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Table 5: Scheduler | Cap (%) | Max (ms), for runs with a cap; repetitions as Table 4."""
     rows = _max_rows(measured, lambda t: _has(t["cap"]))
-    table = pd.DataFrame(rows, columns=["Scheduler", "cap", "Max (ms)"])
-    table = table.sort_values(["Scheduler", "cap"], ignore_index=True)
+    table = pd.DataFrame(rows, columns=[*MAX_ROW_COLUMNS, "cap"])
+    table = table.sort_values(["Scheduler", "cap", "rate"], ignore_index=True)
     table["Cap (%)"] = table["cap"].astype("Int64")
-    return table[["Scheduler", "Cap (%)", "Max (ms)"]]
+    return _with_rate_and_runs(table, ["Scheduler", "Cap (%)", "Max (ms)"], seed)
 
 
-def max_table_scheduler(measured: pd.DataFrame) -> pd.DataFrame:
-    """Table 6: Scheduler | Max (ms), for runs at the scheduler's defaults (no budget, no cap)."""
+def max_table_scheduler(measured: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Table 6: Scheduler | Max (ms), for runs at the scheduler's defaults (no budget, no cap).
+    Configurations that differ in other settings share their scheduler's row, and its
+    repetition columns are over all their runs."""
     rows = _max_rows(measured, lambda t: not _has(t["budget"]) and not _has(t["cap"]))
-    table = pd.DataFrame(rows, columns=["Scheduler", "Max (ms)"])
-    table = table.groupby("Scheduler", as_index=False, sort=True)["Max (ms)"].max()
-    return table[["Scheduler", "Max (ms)"]]
+    table = pd.DataFrame(rows, columns=MAX_ROW_COLUMNS)
+    merged = []
+    for (scheduler, rate), group in table.groupby(["Scheduler", "Rate (/s)"], sort=False):
+        merged.append(
+            {
+                "Scheduler": scheduler,
+                "rate": group["rate"].iloc[0],
+                "Rate (/s)": rate,
+                "Max (ms)": group["Max (ms)"].max(),
+                "run_max": [v for values in group["run_max"] for v in values],
+                "run_p99": [v for values in group["run_p99"] for v in values],
+            }
+        )
+    table = pd.DataFrame(merged, columns=MAX_ROW_COLUMNS)
+    table = table.sort_values(["Scheduler", "rate"], ignore_index=True)
+    return _with_rate_and_runs(table, ["Scheduler", "Max (ms)"], seed)
 
 
 def intended_vs_actual(measured: pd.DataFrame) -> pd.DataFrame:

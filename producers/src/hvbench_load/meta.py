@@ -109,6 +109,12 @@ def collect_versions() -> dict:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
+    # every installed Python distribution, so a run can be repeated with the same ones
+    versions["packages"] = dict(
+        sorted(
+            (d.metadata["Name"], d.version) for d in metadata.distributions() if d.metadata["Name"]
+        )
+    )
     try:
         import confluent_kafka
 
@@ -126,12 +132,14 @@ def collect_git() -> dict:
             )
         except (OSError, subprocess.SubprocessError):
             return None
-        return out.stdout.strip() if out.returncode == 0 else None
+        return out.stdout.rstrip() if out.returncode == 0 else None
 
     status = git("status", "--porcelain", "--untracked-files=no")
     return {
         "commit": git("rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
+        # what differs from the commit, file by file (git status --porcelain)
+        "changed": status.splitlines() if status else [],
     }
 
 

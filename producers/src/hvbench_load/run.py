@@ -37,7 +37,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import tsc_timer
-from hvbench_load import accounting, meta, probe, sched, tuning, vcpu_sched, xen_sched
+from hvbench_load import (
+    accounting,
+    meta,
+    probe,
+    readiness,
+    sched,
+    tuning,
+    vcpu_sched,
+    xen_sched,
+)
 from hvbench_load.broker import KafkaBroker
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
@@ -135,16 +144,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--results", default="results")
     p.add_argument("--work", default="work", help="broker data and logs while running")
     p.add_argument("--run-id")
+    p.add_argument("--rep", type=int, help="repetition number, recorded with the run")
+    p.add_argument("--campaign", help="the campaign this run belongs to, recorded with it")
+    p.add_argument("--rerun-of", help="the results directory of the run this repeats (make rerun)")
     p.add_argument("--force-tsc", action="store_true", help="run on a TSC without constant/nonstop")
+    p.add_argument(
+        "--require",
+        help="readiness checks to require beyond the defaults, comma-separated (make check)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="run although a required readiness check fails (recorded in meta.json)",
+    )
     return p.parse_args(argv)
 
 
-def check_settings(
-    args: argparse.Namespace,
-) -> tuple[
-    sched.SchedSetting | vcpu_sched.KvmSetting | xen_sched.XenSetting, tuning.CpuLatency | None
-]:
-    """Refuse bad settings before anything is started or touched."""
+AnySetting = sched.SchedSetting | vcpu_sched.KvmSetting | xen_sched.XenSetting
+
+
+def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> AnySetting:
+    """The requested settings on their own (no machine is looked at): the scheduler setting
+    for the target, or RunError. Campaigns check every point with this before running any."""
     if args.target is None:
         args.target = inventory_target(args.inventory) if args.inventory else "bare"
     if args.target not in TARGETS:
@@ -153,31 +174,36 @@ def check_settings(
         raise RunError("RECORDS and the send period must be positive, WARMUP and MALFORMED ≥ 0")
     if not 0 <= args.ramp_s <= args.warmup_s:
         raise RunError("RAMP must lie within the warm-up: 0 ≤ RAMP ≤ WARMUP")
+    if args.rep is not None and args.rep < 1:
+        raise RunError("REP (the repetition number) must be ≥ 1")
     xen_only = {"EXTRATIME": args.extratime, "WEIGHT": args.weight, "CAP": args.cap}
     if args.target != "xen" and any(v is not None for v in xen_only.values()):
         raise RunError("EXTRATIME, WEIGHT and CAP are for TARGET=xen")
-    if args.target == "xen" and args.priority is not None:
+    if args.target != "kvm" and args.priority is not None:
         raise RunError("PRIORITY is for SCHED=fifo on TARGET=kvm")
-    if args.target in ("kvm", "xen"):
-        if args.target == "kvm":
-            setting = vcpu_sched.validate(args.sched, args.budget, args.period, args.priority)
-        else:
-            setting = xen_sched.validate(
-                args.sched, args.budget, args.period, args.extratime, args.weight, args.cap
-            )
-        if not args.inventory:
-            raise RunError(
-                f"TARGET={args.target} needs the testbed: HOST=<host> or INVENTORY=<dir>"
-            )
-        if args.cpu_latency not in ("auto", "off"):
-            raise RunError(
-                "CPU_LATENCY is for the bare target; a testbed's host is tuned by "
-                "make provision (host_tuning)"
-            )
+    if args.target == "bare":
+        return sched.validate(args.sched, args.budget, args.period)
+    if args.target == "kvm":
+        setting = vcpu_sched.validate(args.sched, args.budget, args.period, args.priority)
+    else:
+        setting = xen_sched.validate(
+            args.sched, args.budget, args.period, args.extratime, args.weight, args.cap
+        )
+    if need_inventory and not args.inventory:
+        raise RunError(f"TARGET={args.target} needs the testbed: HOST=<host> or INVENTORY=<dir>")
+    if args.cpu_latency not in ("auto", "off"):
+        raise RunError(
+            "CPU_LATENCY is for the bare target; a testbed's host is tuned by "
+            "make provision (host_tuning)"
+        )
+    return setting
+
+
+def check_settings(args: argparse.Namespace) -> tuple[AnySetting, tuning.CpuLatency | None]:
+    """Refuse bad settings before anything is started or touched."""
+    setting = validate_request(args)
+    if args.target != "bare":
         return setting, None
-    if args.priority is not None:
-        raise RunError("PRIORITY is for SCHED=fifo on TARGET=kvm")
-    setting = sched.validate(args.sched, args.budget, args.period)
     for what, path in (("model", Path(args.model) / "manifest.json"), ("data", Path(args.data))):
         if not path.exists():
             raise RunError(f"no {what} at {path} (make train / make data create it)")
@@ -185,6 +211,17 @@ def check_settings(
     cpu_latency = tuning.CpuLatency(tuning.parse_cpu_latency(args.cpu_latency))
     cpu_latency.check()
     return setting, cpu_latency
+
+
+def check_readiness(results: dict, facts: dict, args: argparse.Namespace) -> dict:
+    """The machines' readiness checks (hvbench_load.readiness): RunError if a required one
+    fails and is not forced; else what meta.json records of them."""
+    doc = readiness.verdict(results, args.force, args.force_tsc)
+    if doc["refused"]:
+        raise RunError(readiness.refusal(doc))
+    for failed in doc["failed_required"]:
+        log(f"forced: {failed['machine']}: {failed['check']} is {failed['found']}")
+    return {**doc, "facts": facts}
 
 
 def log(message: str) -> None:
@@ -445,6 +482,9 @@ def testbed_facts(testbed: Testbed, paths: Paths) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     setting, cpu_latency = check_settings(args)
+    require = readiness.parse_require(args.require)
+    if args.target == "bare":  # a testbed's machines are checked once it is found (below)
+        ready = check_readiness(*readiness.check_here(require), args)
     # e.g. 20261122T101500Z-xen-rtds-b77500-p100000-e0, ...-xen-credit-w256-c153
     short = {"budget_us": "b", "period_us": "p", "extratime": "e", "weight": "w", "cap": "c"}
     short["priority"] = "prio"
@@ -474,6 +514,7 @@ def run(args: argparse.Namespace) -> int:
             )
             # Admission and the domain are checked on the host before anything starts.
             vcpu_sched_json(testbed, "check", setting)
+            ready = check_readiness(*readiness.check_testbed(testbed, require), args)
         except (TestbedError, RunError):
             shutil.rmtree(work, ignore_errors=True)
             raise
@@ -496,8 +537,28 @@ def run(args: argparse.Namespace) -> int:
             "ramp_s": args.ramp_s,
             "malformed": args.malformed,
             "cpu_latency": args.cpu_latency,
+            "rep": args.rep,
+            "campaign": args.campaign,
+            "drain_s": args.drain_s,
+            "force_tsc": args.force_tsc,
+            "force": args.force,
+            "require": args.require,
         },
         "started_at": started_at.isoformat(),
+        # how the harness was started and what it read: make rerun repeats a run from these
+        "invocation": {"argv": sys.argv, "cwd": os.getcwd()},
+        "inputs": (
+            {"inventory": str(Path(args.inventory).resolve())}
+            if testbed
+            else {
+                "data": str(Path(args.data).resolve()),
+                "model": str(Path(args.model).resolve()),
+                "kafka_libs": str(Path(args.kafka_libs).resolve()),
+                "connector_dir": str(Path(args.connector_dir).resolve()),
+            }
+        ),
+        "readiness": ready,
+        "rerun_of": args.rerun_of,
     }
     if testbed:
         meta_doc["placement"] = {

@@ -60,12 +60,17 @@ class Machine:
         )
 
     def run(
-        self, args: list[str], timeout: float = 600, root: bool = False, check: bool = True
+        self,
+        args: list[str],
+        timeout: float = 600,
+        root: bool = False,
+        check: bool = True,
+        input: str | None = None,  # stdin's text (as subprocess.run takes it)
     ) -> subprocess.CompletedProcess:
         try:
             proc = subprocess.run(
                 self.command(args, root=root),
-                stdin=subprocess.DEVNULL,
+                **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
                 capture_output=True,
                 text=True,
                 timeout=timeout,

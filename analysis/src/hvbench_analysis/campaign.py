@@ -1,0 +1,171 @@
+"""A campaign's index, results/<campaign>/campaign.json (written by `make campaign`), as report
+tables: runs by status, the runs that are not done and why, and the sustainable rate a search
+found per point.
+
+The file comes from another program and may be from an older or newer version of it: a key that
+is missing or of another type is shown empty, never trusted to have a shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from hvbench_analysis.load import config_label, rate_per_s
+
+CAMPAIGN_FILE = "campaign.json"
+NOT_DONE_COLUMNS = ["Run", "Point", "Rep", "Status", "Reason"]
+RATE_COLUMNS = [
+    "Point",
+    "Configuration",
+    "SLO p99 (ms)",
+    "Method",
+    "Sustainable rate (/s)",
+    "Trials (rate/s: p99 ms of each run)",
+]
+
+
+class CampaignFileError(ValueError):
+    """A campaign.json that cannot be read, with the reason."""
+
+
+def read_campaign(results: Path | str) -> dict | None:
+    """The campaign index in a results folder, or None if the folder holds none."""
+    path = Path(results) / CAMPAIGN_FILE
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CampaignFileError(f"{CAMPAIGN_FILE} cannot be read: {e}") from None
+    if not isinstance(doc, dict):
+        raise CampaignFileError(f"{CAMPAIGN_FILE} is not an object")
+    return doc
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _objects(value) -> list[dict]:
+    """The objects in a list (nothing if it is not a list)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def run_entries(doc: dict) -> list[dict]:
+    return _objects(doc.get("runs"))
+
+
+def status_counts(doc: dict) -> dict[str, int]:
+    """Number of runs per status, most frequent first; a run without one counts as unknown."""
+    counts = Counter(str(entry.get("status") or "unknown") for entry in run_entries(doc))
+    return dict(counts.most_common())
+
+
+def summary(doc: dict) -> str:
+    """One sentence: name, file, target, order, repetitions and the runs by status."""
+    counts = status_counts(doc)
+    by_status = ", ".join(f"{n} {status}" for status, n in counts.items()) or "none listed"
+    return (
+        f"Campaign {doc.get('campaign') or '(unnamed)'} from {doc.get('file') or '(no file)'}: "
+        f"target {doc.get('target')}, order {doc.get('order')}, repetitions "
+        f"{doc.get('repetitions')}, last updated {doc.get('updated_at')}. "
+        f"Runs: {sum(counts.values())} ({by_status})."
+    )
+
+
+def done_run_ids(doc: dict) -> list[str]:
+    """Run ids of the runs the index says are done."""
+    return [
+        str(e["run_id"]) for e in run_entries(doc) if e.get("status") == "done" and e.get("run_id")
+    ]
+
+
+def runs_not_done(doc: dict) -> pd.DataFrame:
+    """Run | Point | Rep | Status | Reason for every run whose status is not done."""
+    rows = [
+        {
+            "Run": entry.get("run_id"),
+            "Point": entry.get("point"),
+            "Rep": entry.get("rep"),
+            "Status": entry.get("status") or "unknown",
+            "Reason": one_line(entry.get("reason")),
+        }
+        for entry in run_entries(doc)
+        if entry.get("status") != "done"
+    ]
+    return pd.DataFrame(rows, columns=NOT_DONE_COLUMNS)
+
+
+def one_line(text) -> str:
+    """A multi-line reason (the harness's message and the lines after it) on one table row."""
+    if text is None:
+        return ""
+    return " / ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def sustainable_rates(doc: dict) -> pd.DataFrame:
+    """Per point of a rate search: its configuration, the SLO and method, the highest rate that
+    met the SLO, and every trial."""
+    search = _mapping(doc.get("search"))
+    rows = []
+    for point, record in _mapping(search.get("points")).items():
+        record = _mapping(record)
+        rows.append(
+            {
+                "Point": point,
+                "Configuration": settings_label(record.get("settings"), doc.get("target")),
+                "SLO p99 (ms)": search.get("slo_p99_ms"),
+                "Method": search.get("method"),
+                "Sustainable rate (/s)": sustainable_text(record),
+                "Trials (rate/s: p99 ms of each run)": "; ".join(
+                    trial_text(trial) for trial in _objects(record.get("trials"))
+                ),
+            }
+        )
+    return pd.DataFrame(rows, columns=RATE_COLUMNS)
+
+
+def sustainable_text(record: dict) -> str:
+    """The highest rate that met the SLO, or why there is none."""
+    if not record.get("finished"):
+        return "search unfinished"
+    rate = record.get("sustainable_rate_per_s")
+    return _number(rate) if rate is not None else "none of the rates"
+
+
+def trial_text(trial: dict) -> str:
+    """The rate tried, each run's p99 (ms) and the verdict, e.g. 120: 31.20, 29.80 pass."""
+    p99 = trial.get("p99_ms")
+    values = ", ".join(_number(v, ".2f") for v in p99) if isinstance(p99, list) else _number(p99)
+    passed = trial.get("passed")
+    verdict = "pass" if passed is True else "fail" if passed is False else "no verdict"
+    return f"{_number(trial.get('rate_per_s'))}: {values or 'no runs'} {verdict}"
+
+
+def _number(value, spec: str = "g") -> str:
+    """A number as text; "n/a" for a run without a figure (it failed), anything else as is."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return format(value, spec)
+    return str(value)
+
+
+def settings_label(settings, target) -> str:
+    """A point's settings (the campaign's names: sched, budget, send_ms …) as a configuration
+    label like the report's, e.g. xen/rtds P100000 B77500; unusual values as name=value."""
+    settings = _mapping(settings)
+    row = {
+        "target": settings.get("target", target),
+        "sched": settings.get("sched", "?"),
+        **{key: settings.get(key) for key in ("period", "budget", "cap", "weight", "extratime")},
+        "rate": rate_per_s(settings.get("send_ms")),
+    }
+    try:
+        return config_label(row)
+    except (TypeError, ValueError):
+        return ", ".join(f"{key}={value}" for key, value in settings.items())
