@@ -67,6 +67,21 @@ LAYOUT = 1  # bump when the way the image is made changes
 GRUB_CORE_MODULES = ["biosdisk", "ext2", "part_msdos", "part_gpt", "normal", "configfile"]
 
 
+HOLD_KVM_KEYS_UNIT = """\
+[Unit]
+Description=Keep KVM's static keys on (the TCG test host; see hold_kvm_keys.py)
+After=systemd-modules-load.service
+
+[Service]
+Type=notify
+NotifyAccess=main
+ExecStart=/usr/bin/python3 /usr/local/sbin/hold-kvm-keys
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 class HostVMError(RuntimeError):
     pass
 
@@ -296,14 +311,37 @@ class HostVM:
             time.sleep(3)
         raise HostVMError(f"no SSH within {timeout:.0f} s; console in {self.console}")
 
-    def ssh(self, command: str, check: bool = True, timeout: float = 600):
+    def ssh(self, command: str, check: bool = True, timeout: float = 600, input: str | None = None):
         return subprocess.run(
             ["ssh", *self.ssh_options(), "-p", str(self.port), "root@127.0.0.1", command],
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
             capture_output=True,
             text=True,
             check=check,
             timeout=timeout,
         )
+
+    def hold_kvm_keys(self) -> None:
+        """Start hold_kvm_keys.py on the host as a service, before any guest starts.
+
+        This QEMU's multi-threaded TCG does not reliably show one vCPU's code writes to the
+        others. When a static key flips, Linux rewrites the instructions that test it while
+        other CPUs may be running them, and under TCG a vCPU then spun there for good: the host
+        hung, soft lockups on every CPU, in KVM's interrupt delivery (__apic_accept_irq) or in
+        __schedule, soon after a nested guest started or stopped, which flips KVM's keys.
+        """
+        script = (Path(__file__).parent / "hold_kvm_keys.py").read_text()
+        self.ssh("cat > /usr/local/sbin/hold-kvm-keys", input=script)
+        self.ssh("cat > /etc/systemd/system/hold-kvm-keys.service", input=HOLD_KVM_KEYS_UNIT)
+        start = self.ssh(
+            "systemctl daemon-reload && systemctl enable --now hold-kvm-keys"
+            " || { journalctl -u hold-kvm-keys -o cat --no-pager; exit 1; }",
+            check=False,
+            timeout=120,
+        )
+        if start.returncode != 0:
+            raise HostVMError("hold-kvm-keys did not start:\n" + start.stdout + start.stderr)
 
     def ssh_options(self) -> list[str]:
         return [

@@ -90,6 +90,11 @@ def host(tmp_path_factory, small_model, small_data):
     bundle = guest_bundle(work, small_model, small_data[0])
     vm = HostVM(image, work)
     vm.start()
+    try:
+        vm.hold_kvm_keys()
+    except BaseException:
+        vm.kill()  # never leave a QEMU behind
+        raise
     inventory = work / "inventory"
     inventory.mkdir()
     os.symlink(REPO / "inventory/sample/group_vars", inventory / "group_vars")
