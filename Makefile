@@ -187,7 +187,10 @@ workload-inputs: $(STAMP) kafka flink-connector
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
 
-run-bare: workload-inputs
+# The settings are checked before the inputs are built: training takes minutes.
+run-bare: $(STAMP)
+	@$(PY) -m hvbench_load.run $(RUN_ARGS) --validate-only
+	@$(MAKE) --no-print-directory workload-inputs
 	$(PY) -m hvbench_load.run $(RUN_ARGS) --data $(DATA_DIR) --model $(MODEL_DIR)
 
 run-testbed: $(STAMP)

@@ -287,8 +287,11 @@ def test_make_run_without_target_follows_the_inventory(tmp_path):
             ["make", "-s", "run", *args], cwd=REPO, capture_output=True, text=True, timeout=300
         )
 
-    bare = make_run("SCHED=rtds", "BUDGET=77500")
+    # refused before the inputs are built (no data or model here: none is made)
+    inputs = tmp_path / "inputs"
+    bare = make_run("SCHED=rtds", "BUDGET=77500", f"DATA_DIR={inputs}/d", f"MODEL_DIR={inputs}/m")
     assert bare.returncode != 0 and "unknown SCHED 'rtds' for target bare" in bare.stderr
+    assert not inputs.exists()
     lab = tmp_path / "lab"
     lab.mkdir()
     inventory(lab, {"xen_hosts": {"hosts": {"lab-1": {"ansible_host": "192.0.2.10"}}}})

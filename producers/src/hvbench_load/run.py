@@ -157,6 +157,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="run although a required readiness check fails (recorded in meta.json)",
     )
+    p.add_argument(
+        "--validate-only",
+        action="store_true",
+        help="check the requested settings and stop (make run does, before it builds the inputs)",
+    )
     return p.parse_args(argv)
 
 
@@ -865,6 +870,9 @@ def print_summary(
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        if args.validate_only:
+            validate_request(args)
+            return 0
         return run(args)
     except (
         RunError,
