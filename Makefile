@@ -23,6 +23,8 @@ SEND_MS   ?= 100
 WARMUP    ?= 10
 RAMP      ?= 0
 MALFORMED ?= 0
+# Seconds to wait, after the last record is sent, for results still in flight.
+DRAIN     ?= 20
 RUN_ID    ?=
 # Where runs write results/<run-id>/ and make report reads them.
 RESULTS   ?= results
@@ -94,7 +96,7 @@ help:
 	@echo "             or on a provisioned testbed, HOST=host or INVENTORY=dir (the inventory"
 	@echo "             implies TARGET): kvm: SCHED=none|cfs|deadline|fifo [BUDGET PERIOD PRIORITY]"
 	@echo "             xen: SCHED=rtds|credit|credit2 [BUDGET PERIOD EXTRATIME | WEIGHT CAP]"
-	@echo "             WARMUP=10 (s) RAMP=0 (s, within WARMUP) MALFORMED=0 RUN_ID=..."
+	@echo "             WARMUP=10 (s) RAMP=0 (s, within WARMUP) MALFORMED=0 DRAIN=20 (s) RUN_ID=..."
 	@echo "             CPU_LATENCY=auto|off|us (C-states held during the run; auto = 0 us as root)"
 	@echo "             FORCE=1 runs although a required readiness check fails (make check)"
 	@echo "make campaign CAMPAIGN=campaigns/<name>.yml [RESUME=1]  a grid of runs with repetitions"
@@ -172,7 +174,8 @@ RUN_ARGS = --target $(TARGET) --sched $(SCHED) \
 	$(if $(PRIORITY),--priority $(PRIORITY)) $(if $(EXTRATIME),--extratime $(EXTRATIME)) \
 	$(if $(WEIGHT),--weight $(WEIGHT)) $(if $(CAP),--cap $(CAP)) \
 	--records $(RECORDS) --period-ms $(SEND_MS) --warmup-s $(WARMUP) --ramp-s $(RAMP) \
-	--malformed $(MALFORMED) --cpu-latency $(CPU_LATENCY) $(if $(RUN_ID),--run-id $(RUN_ID)) \
+	--malformed $(MALFORMED) --drain-s $(DRAIN) --cpu-latency $(CPU_LATENCY) \
+	$(if $(RUN_ID),--run-id $(RUN_ID)) \
 	--results $(RESULTS) \
 	$(if $(FORCE_TSC),--force-tsc) $(if $(FORCE),--force) $(if $(REQUIRE),--require $(REQUIRE))
 

@@ -329,6 +329,8 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
             "SEND_MS=500",
             "WARMUP=2",
             "MALFORMED=2",
+            # the job under TCG takes about 0.5 s a record, slower than they come: a backlog
+            "DRAIN=300",
             "FORCE_TSC=1",
             "RUN_ID=kvm-cfs",
             f"RESULTS={results}",
