@@ -67,15 +67,19 @@ LAYOUT = 1  # bump when the way the image is made changes
 GRUB_CORE_MODULES = ["biosdisk", "ext2", "part_msdos", "part_gpt", "normal", "configfile"]
 
 
-HOLD_KVM_KEYS_UNIT = """\
+HOLD_STATIC_KEYS_UNIT = """\
 [Unit]
-Description=Keep KVM's static keys on (the TCG test host; see hold_kvm_keys.py)
+Description=Keep the test's static keys on (the TCG test host; see hold_static_keys.py)
 After=systemd-modules-load.service
 
 [Service]
 Type=notify
 NotifyAccess=main
-ExecStart=/usr/bin/python3 /usr/local/sbin/hold-kvm-keys
+ExecStart=/usr/bin/python3 /usr/local/sbin/hold-static-keys
+# Its own CPU quota and cpuset hold CFS bandwidth control's key and the cpusets key on. The
+# quota never binds: the holder only sleeps.
+CPUQuota={quota}%
+AllowedCPUs=0-{last_cpu}
 
 [Install]
 WantedBy=multi-user.target
@@ -322,26 +326,34 @@ class HostVM:
             timeout=timeout,
         )
 
-    def hold_kvm_keys(self) -> None:
-        """Start hold_kvm_keys.py on the host as a service, before any guest starts.
+    def hold_static_keys(self) -> None:
+        """Start hold_static_keys.py on the host as a service, before any guest starts.
 
         This QEMU's multi-threaded TCG does not reliably show one vCPU's code writes to the
         others. When a static key flips, Linux rewrites the instructions that test it while
         other CPUs may be running them, and under TCG a vCPU then spun there for good: the host
         hung, soft lockups on every CPU, in KVM's interrupt delivery (__apic_accept_irq) or in
-        __schedule, soon after a nested guest started or stopped, which flips KVM's keys.
+        __schedule, soon after a nested guest started or stopped, which flips KVM's keys; and
+        it stopped answering the moment a cfs quota was applied while the workload ran, which
+        flips CFS bandwidth control's key.
         """
-        script = (Path(__file__).parent / "hold_kvm_keys.py").read_text()
-        self.ssh("cat > /usr/local/sbin/hold-kvm-keys", input=script)
-        self.ssh("cat > /etc/systemd/system/hold-kvm-keys.service", input=HOLD_KVM_KEYS_UNIT)
+        script = (Path(__file__).parent / "hold_static_keys.py").read_text()
+        unit = HOLD_STATIC_KEYS_UNIT.format(quota=100 * self.cpus, last_cpu=self.cpus - 1)
+        self.ssh("cat > /usr/local/sbin/hold-static-keys", input=script)
+        self.ssh("cat > /etc/systemd/system/hold-static-keys.service", input=unit)
+        cgroup = "/sys/fs/cgroup/system.slice/hold-static-keys.service"
         start = self.ssh(
-            "systemctl daemon-reload && systemctl enable --now hold-kvm-keys"
-            " || { journalctl -u hold-kvm-keys -o cat --no-pager; exit 1; }",
+            "systemctl daemon-reload && systemctl enable --now hold-static-keys"
+            " || { journalctl -u hold-static-keys -o cat --no-pager; exit 1; }"
+            f" && cat {cgroup}/cpu.max {cgroup}/cpuset.cpus",
             check=False,
             timeout=120,
         )
         if start.returncode != 0:
-            raise HostVMError("hold-kvm-keys did not start:\n" + start.stdout + start.stderr)
+            raise HostVMError("hold-static-keys did not start:\n" + start.stdout + start.stderr)
+        quota, cpus = start.stdout.split("\n")[:2]
+        if quota.startswith("max") or cpus != f"0-{self.cpus - 1}":
+            raise HostVMError(f"hold-static-keys holds no quota or cpuset: {start.stdout!r}")
 
     def ssh_options(self) -> list[str]:
         return [

@@ -91,7 +91,7 @@ def host(tmp_path_factory, small_model, small_data):
     vm = HostVM(image, work)
     vm.start()
     try:
-        vm.hold_kvm_keys()
+        vm.hold_static_keys()
     except BaseException:
         vm.kill()  # never leave a QEMU behind
         raise

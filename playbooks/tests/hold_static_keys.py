@@ -1,5 +1,6 @@
-"""Keeps KVM's static keys switched on in the host VM for as long as it runs (see
-HostVM.hold_kvm_keys). Runs on the host VM as a systemd service, with its python3 alone.
+"""Keeps the static keys that the KVM test would flip switched on in the host VM for as long
+as it runs (see HostVM.hold_static_keys). Runs on the host VM as a systemd service, with its
+python3 alone.
 
 Linux rewrites its own code when a static key flips between off and on. KVM flips three of them
 whenever the first VM starts or the last one stops: the scheduler's preempt notifiers, and the
@@ -7,6 +8,12 @@ local APIC's "software disabled" and "hardware disabled" keys, which every inter
 to a guest tests. One idle VM that never runs, with one vCPU whose APIC is software-disabled (as
 at reset) and one whose APIC is hardware-disabled, keeps all three on, so starting and stopping
 the real guests no longer rewrites code.
+
+Two more keys guard code every CPU runs all the time: CFS bandwidth control (flipped by the
+first and the last cgroup with a cpu.max quota, that is by each cfs setting the test applies
+and resets) and cpusets (flipped by the first and the last cpuset cgroup, that is by the first
+guest libvirt starts and the last it stops). The service's unit holds those two: a CPU quota
+and a cpuset of its own.
 """
 
 import fcntl
