@@ -336,7 +336,7 @@ testbed-tools:
 		|| { apt-get update -q && apt-get install -y -q qemu-system-x86 qemu-utils mmdebstrap e2fsprogs openssh-client; }
 
 test: lint kafka flink-connector browser testbed-tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 bench: $(STAMP) kafka flink-connector
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train

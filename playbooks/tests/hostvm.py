@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -84,6 +85,44 @@ AllowedCPUs=0-{last_cpu}
 [Install]
 WantedBy=multi-user.target
 """
+
+
+# A boot runs from QEMU's start, or from the kernel's "reboot: Restarting system", to the
+# getty's login prompt on the serial console.
+BOOT_STARTS = re.compile(rb"reboot: Restarting system")
+BOOT_ENDS = re.compile(rb" login: ")
+
+
+class BootWatch:
+    """Decides when a boot has stalled: no new console output for `stall` seconds while
+    booting. Under multi-threaded TCG a boot now and then hangs for good (one stopped 2.6 s
+    into the kernel's boot, the console silent from then on); a normal boot of the test's hosts
+    is silent for at most 9 s, Linux or Xen (measured here at 1 s steps: 44 s and 73 s to the
+    login prompt). At most `resets` stalls are answered."""
+
+    def __init__(self, stall: float = 90, resets: int = 3) -> None:
+        self.stall, self.resets_left = stall, resets
+        self.booting = True
+        self.tail = b""  # the end of what came before, for a marker split across two reads
+        self.last_output: float | None = None
+
+    def observe(self, new: bytes, now: float) -> bool:
+        """Take the console's new bytes at time `now`; True when the VM is to be reset."""
+        if self.last_output is None or new:
+            self.last_output = now
+        if new:
+            text = self.tail + new
+            starts = [m.end() for m in BOOT_STARTS.finditer(text)]
+            ends = [m.end() for m in BOOT_ENDS.finditer(text)]
+            if starts or ends:
+                self.booting = max(starts, default=-1) > max(ends, default=-1)
+            self.tail = text[-64:]
+            return False
+        if self.booting and self.resets_left and now - self.last_output >= self.stall:
+            self.resets_left -= 1
+            self.last_output = now  # the reset boot gets its own `stall` seconds
+            return True
+        return False
 
 
 class HostVMError(RuntimeError):
@@ -219,6 +258,7 @@ class HostVM:
         self.port = free_port()
         self.key = image.parent / "id_ed25519"
         self.process: subprocess.Popen | None = None
+        self.resets: list[str] = []  # the stalled boots the watchdog reset, as log lines
 
     @property
     def console(self) -> Path:
@@ -277,11 +317,35 @@ class HostVM:
             stderr=open(self.work / "qemu.err", "wb"),  # noqa: SIM115
             start_new_session=True,
         )
+        threading.Thread(target=self._watch_boots, args=(self.process,), daemon=True).start()
         try:
             self._wait_for_ssh(timeout)
         except BaseException:
             self.kill()  # never leave a QEMU behind
             raise
+
+    def _watch_boots(self, process: subprocess.Popen, every: float = 2) -> None:
+        """Reset the VM when a boot stalls (see BootWatch), the first boot or a reboot: the
+        playbook or the test waiting for it then sees a slower boot, not a dead host."""
+        watch, offset = BootWatch(), 0
+        while process.poll() is None:
+            try:
+                with self.console.open("rb") as console:
+                    console.seek(offset)
+                    new = console.read()
+            except OSError:
+                new = b""
+            offset += len(new)
+            if watch.observe(new, time.monotonic()):
+                tail = self.console.read_bytes()[-300:].decode(errors="replace").splitlines()
+                line = f"{time.strftime('%H:%M:%S')} boot stalled, reset; console ended: " + (
+                    tail[-1] if tail else "(nothing)"
+                )
+                self.resets.append(line)
+                with (self.work / "boot-resets.log").open("a") as log:
+                    log.write(line + "\n")
+                self.monitor_command("system_reset")
+            time.sleep(every)
 
     def _boot_args(self) -> list[str]:
         if (self.image / "grub.lnx").exists():
@@ -304,7 +368,10 @@ class HostVM:
     def _wait_for_ssh(self, timeout: float) -> None:
         assert self.process is not None
         deadline = time.monotonic() + timeout
+        resets = 0
         while time.monotonic() < deadline:
+            if len(self.resets) > resets:  # a reset boot gets the whole timeout again
+                resets, deadline = len(self.resets), time.monotonic() + timeout
             if self.process.poll() is not None:
                 raise HostVMError("QEMU exited: " + (self.work / "qemu.err").read_text())
             try:
@@ -313,7 +380,10 @@ class HostVM:
             except subprocess.TimeoutExpired:
                 pass  # QEMU accepts the forwarded port before sshd answers
             time.sleep(3)
-        raise HostVMError(f"no SSH within {timeout:.0f} s; console in {self.console}")
+        raise HostVMError(
+            f"no SSH within {timeout:.0f} s; console in {self.console}"
+            + "".join("\n" + line for line in self.resets)
+        )
 
     def ssh(self, command: str, check: bool = True, timeout: float = 600, input: str | None = None):
         return subprocess.run(
@@ -411,15 +481,19 @@ class HostVM:
         try:
             text = self.console.read_text(errors="replace")
         except OSError:
-            return "(no console log)"
-        return "\n".join(text.splitlines()[-lines:])
+            text = "(no console log)"
+        return "\n".join(self.resets + text.splitlines()[-lines:])
 
     def sysrq(self, key: str) -> None:
-        """Press Alt+SysRq+key on the host's keyboard (through QEMU's monitor)."""
+        """Press Alt+SysRq+key on the host's keyboard."""
+        self.monitor_command(f"sendkey alt-sysrq-{key}")
+
+    def monitor_command(self, command: str) -> None:
+        """Give QEMU's human monitor one command."""
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
             s.settimeout(5)
             s.connect(str(self.monitor))
-            s.sendall(f"sendkey alt-sysrq-{key}\n".encode())
+            s.sendall(f"{command}\n".encode())
             time.sleep(0.5)
 
     def kill(self) -> None:

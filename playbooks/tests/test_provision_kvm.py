@@ -316,6 +316,8 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     """make run TARGET=kvm for real: the harness here, Kafka, producers, consumer and the job
     on the host VM (it plays both guests), the cfs setting on the nested real-time VM's vCPU."""
     results = tmp_path / "results"
+    # one run id per session: a failed run leaves its work/<run-id> (logs) in the checkout
+    run_id = f"kvm-cfs-{tmp_path.parent.name}"
     proc = subprocess.run(
         [
             "make",
@@ -332,7 +334,7 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
             # the job under TCG takes about 0.5 s a record, slower than they come: a backlog
             "DRAIN=300",
             "FORCE_TSC=1",
-            "RUN_ID=kvm-cfs",
+            f"RUN_ID={run_id}",
             f"RESULTS={results}",
         ],
         cwd=REPO,
@@ -343,7 +345,7 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
         timeout=2400,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    meta = json.loads((results / "kvm-cfs/meta.json").read_text())
+    meta = json.loads((results / run_id / "meta.json").read_text())
     counts = meta["counts"]
     assert (counts["sent"], counts["received"], counts["missing"], counts["duplicated"]) == (
         60,
@@ -352,7 +354,7 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
         0,
     )
     assert counts["malformed_dead_lettered"] == 2 and counts["accounted"]
-    assert len(pd.read_csv(results / "kvm-cfs/samples.csv")) == 60
+    assert len(pd.read_csv(results / run_id / "samples.csv")) == 60
     (vcpu,) = meta["sched"]["readback"]["vcpus"]
     assert vcpu["cpu_max"] == "50000 100000"
     assert meta["sched_at_end"]["readback"]["vcpus"][0]["cpu_max"] == "50000 100000"
@@ -377,7 +379,7 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     left = on_host(host, "pgrep -af '[h]vbench_|[k]afka.Kafka|[P]ythonGatewayServer' || true")
     assert left.strip() == ""
     assert on_host(host, "ls /var/lib/hvbench/work").strip() == ""
-    assert (results / "kvm-cfs/logs/job.out").exists()
+    assert (results / run_id / "logs/job.out").exists()
 
 
 def test_make_check_enforces_the_tuning_and_checks_every_machine(host):
