@@ -59,19 +59,24 @@ XLIM_MS     ?=
 # or sudo), else the hosts of INVENTORY are used. TARGET picks the hypervisor group.
 HOST      ?=
 INVENTORY ?= inventory/sample
-# make vcpu-sched: ACTION=apply|read|reset for the real-time VM's vCPUs (SCHED=none|cfs|deadline|
-# fifo with BUDGET/PERIOD, or PRIORITY for fifo); the readback goes to build/vcpu-sched.json.
+# make sched: ACTION=check|apply|read|reset for the real-time VM on a testbed's host: on KVM its
+# vCPUs (SCHED=none|cfs|deadline|fifo with BUDGET/PERIOD, or PRIORITY for fifo), on Xen its
+# cpupool and domain (SCHED=rtds|credit|credit2 with BUDGET/PERIOD/EXTRATIME: EXTRATIME=0 by
+# default, so the budget is a limit; or WEIGHT/CAP). The readback goes to build/sched.json.
 ACTION    ?= apply
 PRIORITY  ?=
-# make xen-sched: the same on a Xen host, SCHED=rtds|credit|credit2 with BUDGET/PERIOD/EXTRATIME
-# (rtds; EXTRATIME=0 by default, so the budget is a limit) or WEIGHT/CAP (credit, credit2);
-# the readback goes to build/xen-sched.json.
 EXTRATIME ?=
 WEIGHT    ?=
 CAP       ?=
 
 KAFKA_LIBS := build/kafka/libs
 FLINK_LIB  := build/flink/lib
+# The agent (hostagent/) as a wheel: provisioning installs it on the hosts, the guest bundle
+# carries it into the guests. A fixed timestamp keeps the wheel byte-for-byte the same when its
+# sources are, so a second provision changes nothing.
+AGENT_SOURCES := $(shell find hostagent/src -type f -not -path '*/__pycache__/*' \
+	-not -path '*.egg-info/*' 2>/dev/null) hostagent/pyproject.toml
+AGENT_WHEEL   := build/agent/.built
 # Everything the guest roles install, in one file: wheels (from the registries), jars, model, data.
 GUEST_BUNDLE ?= build/guest-bundle.tar
 BUNDLE_DIR    = $(GUEST_BUNDLE:.tar=)
@@ -87,8 +92,8 @@ GUEST_SOURCES  := $(shell find flink-job/src producers/src analysis/src tsc_time
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
-.PHONY: help venv java browser kafka flink-connector data train run report test lint bench clean \
-	campaign campaign-check check rerun workload-inputs provision provision-settings teardown run-bare run-testbed vcpu-sched xen-sched xen-hypervisor controller-tools testbed-tools one-off-inventory guest-bundle
+.PHONY: help venv java browser kafka flink-connector data train run report test test-testbed lint bench clean \
+	campaign campaign-check check rerun workload-inputs provision provision-settings teardown run-bare run-testbed sched vcpu-sched xen-sched agent-wheel xen-hypervisor controller-tools testbed-tools one-off-inventory guest-bundle
 
 help:
 	@echo "make run     the experiment on this machine (bare): SCHED=none|deadline|cfs-quota"
@@ -111,14 +116,14 @@ help:
 	@echo "make provision HOST=host TARGET=kvm|xen   a bare Debian/Ubuntu host becomes a KVM or Xen"
 	@echo "             testbed (or the hosts in INVENTORY=inventory/sample); make teardown removes"
 	@echo "             the guests. Xen: XEN_BUILD=controller|host builds the RTDS hypervisor"
-	@echo "make vcpu-sched HOST=host SCHED=none|cfs|deadline|fifo [BUDGET=us PERIOD=us PRIORITY=n]"
-	@echo "             ACTION=apply|read|reset: the real-time VM's vCPUs, read back to build/"
-	@echo "make xen-sched HOST=host SCHED=rtds|credit|credit2 [BUDGET PERIOD EXTRATIME | WEIGHT CAP]"
-	@echo "             ACTION=apply|read|reset: the real-time VM's cpupool and scheduler on Xen"
+	@echo "make sched  HOST=host SCHED=... [BUDGET PERIOD PRIORITY | EXTRATIME | WEIGHT CAP]"
+	@echo "             ACTION=check|apply|read|reset: the real-time VM's scheduler setting on the"
+	@echo "             testbed's host, read back to build/sched.json (vcpu-sched, xen-sched: the same)"
 	@echo "make xen-hypervisor  build the Xen hypervisor with RTDS from Debian's source into build/xen"
 	@echo "make data    generate a month of PeMS-layout traffic data into $(DATA_DIR)"
 	@echo "make train   train the LSTM and the baselines, export for serving, into $(MODEL_DIR)"
-	@echo "make test    lint and run every test"
+	@echo "make test    lint, unit tests and the real Kafka + Flink integration (minutes)"
+	@echo "make test-testbed  provision QEMU hosts for real: KVM and Xen (about an hour)"
 	@echo "make bench   speed figures (not tests)"
 	@echo "make clean   remove generated data, artifacts and the venv"
 
@@ -127,14 +132,14 @@ venv: $(STAMP)
 # The venv is rebuilt whenever a pin changes. On a fresh Debian 12, python3 lacks venv/ensurepip
 # until python3-venv is installed, so install it first (we run as root there).
 # tsc_timer is a C extension: it needs gcc and Python's headers (python3-dev on Debian).
-$(STAMP): requirements.txt constraints.txt flink-job/pyproject.toml tsc_timer/pyproject.toml producers/pyproject.toml analysis/pyproject.toml tsc_timer/src/tsc_timer/_tsc.c
+$(STAMP): requirements.txt constraints.txt flink-job/pyproject.toml tsc_timer/pyproject.toml producers/pyproject.toml analysis/pyproject.toml hostagent/pyproject.toml tsc_timer/src/tsc_timer/_tsc.c
 	@$(PYTHON) -c 'import sys; v = sys.version_info; sys.exit(0 if v[:2] == (3, 11) else "hvbench needs Python 3.11 (Debian 12), found %d.%d" % v[:2])'
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -q && apt-get install -y -q python3-venv; }
 	@command -v gcc >/dev/null && $(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
 		|| { apt-get update -q && apt-get install -y -q gcc python3-dev; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e flink-job -e tsc_timer -e producers -e analysis
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e hostagent -e flink-job -e tsc_timer -e producers -e analysis
 	@touch $@
 
 # Java runs the Kafka broker and Flink; Maven resolves their jars from Maven Central.
@@ -259,18 +264,27 @@ endif
 
 # GUEST_BUNDLE, MODEL_DIR and DATA_DIR may point elsewhere (the tests bundle a small model).
 guest-bundle: $(GUEST_BUNDLE)
-$(GUEST_BUNDLE): $(STAMP) $(KAFKA_LIBS)/.resolved $(FLINK_LIB)/.resolved constraints.txt $(GUEST_SOURCES)
+$(GUEST_BUNDLE): $(STAMP) $(AGENT_WHEEL) $(KAFKA_LIBS)/.resolved $(FLINK_LIB)/.resolved constraints.txt $(GUEST_SOURCES)
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
 	rm -rf $(BUNDLE_DIR) && mkdir -p $(BUNDLE_DIR)/kafka $(BUNDLE_DIR)/flink $(BUNDLE_DIR)/data
 	$(VENV)/bin/pip wheel -q --disable-pip-version-check -w $(BUNDLE_DIR)/wheels -c constraints.txt $(GUEST_PACKAGES)
 	$(VENV)/bin/pip wheel -q --disable-pip-version-check --no-deps -w $(BUNDLE_DIR)/wheels \
 		./flink-job ./tsc_timer ./producers ./analysis
-	cp constraints.txt $(BUNDLE_DIR)/wheels/
+	cp build/agent/*.whl constraints.txt $(BUNDLE_DIR)/wheels/
 	cp -r $(KAFKA_LIBS) $(BUNDLE_DIR)/kafka/libs && cp -r $(FLINK_LIB) $(BUNDLE_DIR)/flink/lib
 	cp -r $(MODEL_DIR) $(BUNDLE_DIR)/model && cp -r $(DATA_DIR) $(BUNDLE_DIR)/data/pems
 	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --exclude=.resolved \
 		-C $(BUNDLE_DIR) -cf $@.tmp . && mv $@.tmp $@ && rm -rf $(BUNDLE_DIR)
+
+agent-wheel: $(AGENT_WHEEL)
+$(AGENT_WHEEL): $(STAMP) $(AGENT_SOURCES)
+	rm -rf build/agent build/agent-src && mkdir -p build/agent
+	@# built from a clean copy: an in-tree build would leave setuptools' build/ in hostagent/
+	cp -r hostagent build/agent-src && rm -rf build/agent-src/src/*.egg-info
+	SOURCE_DATE_EPOCH=315532800 $(VENV)/bin/pip wheel -q --disable-pip-version-check --no-deps \
+		--no-build-isolation -w build/agent ./build/agent-src
+	rm -rf build/agent-src && touch $@
 
 # The Xen hypervisor with RTDS, built from the distribution's source package (registries only).
 # XEN_BUILD=controller builds it here, once, and provisioning copies it to the host; the
@@ -283,7 +297,7 @@ $(XEN_DIR)/xen-rtds.gz: roles/xen_host/files/build-xen-hypervisor
 
 PROVISION_DEPS_kvm =
 PROVISION_DEPS_xen = $(if $(filter controller,$(XEN_BUILD)),$(XEN_DIR)/xen-rtds.gz)
-provision: provision-settings $(STAMP) controller-tools one-off-inventory $(GUEST_BUNDLE) \
+provision: provision-settings $(STAMP) controller-tools one-off-inventory $(AGENT_WHEEL) $(GUEST_BUNDLE) \
 	$(PROVISION_DEPS_$(TARGET))
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/provision.yml \
 		-e hvbench_guest_bundle=$(abspath $(GUEST_BUNDLE)) \
@@ -297,31 +311,29 @@ provision-settings:
 teardown: $(STAMP) one-off-inventory
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/teardown.yml
 
-# Checked here first, so that a bad setting never reaches a host. Each tool has one
-# hypervisor, so HOST's one-off inventory puts the host in its group.
+# make sched: the real-time VM's scheduler setting on a testbed's host, through its agent
+# (playbooks/sched.yml). The setting is checked here first, so that a bad one never reaches a
+# host; read and reset take none. The hypervisor comes from TARGET or the inventory.
+# vcpu-sched (KVM) and xen-sched (Xen) are the same with TARGET given.
+SCHED_ARGS = --sched $(SCHED) $(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
+	$(if $(PRIORITY),--priority $(PRIORITY)) $(if $(EXTRATIME),--extratime $(EXTRATIME)) \
+	$(if $(WEIGHT),--weight $(WEIGHT)) $(if $(CAP),--cap $(CAP))
 vcpu-sched: TARGET = kvm
 xen-sched: TARGET = xen
-vcpu-sched: $(STAMP) one-off-inventory
-	$(PY) -m hvbench_load.vcpu_sched validate --domain - --sched $(SCHED) \
-		$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
-		$(if $(PRIORITY),--priority $(PRIORITY))
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/vcpu-sched.yml \
-		-e vcpu_sched_action=$(ACTION) -e vcpu_sched=$(SCHED) -e vcpu_sched_budget=$(BUDGET) \
-		-e vcpu_sched_period=$(PERIOD) -e vcpu_sched_priority=$(PRIORITY) \
-		-e vcpu_sched_readback_file=$(CURDIR)/build/vcpu-sched.json
-
-# The same for a Xen host: the real-time VM's cpupool and scheduler (xl, read back).
-# read and reset take no setting: the pool's scheduler is the one read or reset.
-xen-sched: $(STAMP) one-off-inventory
-	case "$(ACTION)" in read|reset) ;; *) $(PY) -m hvbench_load.xen_sched validate --sched $(SCHED) \
-		$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
-		$(if $(EXTRATIME),--extratime $(EXTRATIME)) $(if $(WEIGHT),--weight $(WEIGHT)) \
-		$(if $(CAP),--cap $(CAP));; esac
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/xen-sched.yml \
-		-e xen_sched_action=$(ACTION) -e xen_sched=$(SCHED) -e xen_sched_budget=$(BUDGET) \
-		-e xen_sched_period=$(PERIOD) -e xen_sched_extratime=$(EXTRATIME) \
-		-e xen_sched_weight=$(WEIGHT) -e xen_sched_cap=$(CAP) \
-		-e xen_sched_readback_file=$(CURDIR)/build/xen-sched.json
+vcpu-sched xen-sched: sched
+sched: $(STAMP) one-off-inventory
+	@backend=$$(PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.testbed target \
+		$(RUN_INVENTORY) $(TARGET)) && \
+	case "$$backend:$(ACTION)" in \
+	bare:*) echo "make sched: no testbed host in $(RUN_INVENTORY) (HOST= or INVENTORY=)" >&2; exit 1;; \
+	*:read|*:reset) ;; \
+	*) $(PY) -m hvbench_agent sched validate --backend $$backend $(SCHED_ARGS) >/dev/null || exit 1;; \
+	esac
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/sched.yml \
+		-e sched_action=$(ACTION) -e sched_name=$(SCHED) -e sched_budget=$(BUDGET) \
+		-e sched_period=$(PERIOD) -e sched_priority=$(PRIORITY) -e sched_extratime=$(EXTRATIME) \
+		-e sched_weight=$(WEIGHT) -e sched_cap=$(CAP) \
+		-e sched_readback_file=$(CURDIR)/build/sched.json
 
 REPORT_RESULTS = $(if $(CAMPAIGN),$(RESULTS)/$(CAMPAIGN_NAME),$(RESULTS))
 REPORT_OUT     = $(if $(CAMPAIGN),$(OUT)/$(CAMPAIGN_NAME),$(OUT))
@@ -335,8 +347,14 @@ testbed-tools:
 		&& command -v qemu-img >/dev/null && command -v ssh >/dev/null \
 		|| { apt-get update -q && apt-get install -y -q qemu-system-x86 qemu-utils mmdebstrap e2fsprogs openssh-client; }
 
-test: lint kafka flink-connector browser testbed-tools
-	$(PY) -m pytest -q --durations=15
+# Test tiers (docs/testing.md). make test: lint, unit and the real Kafka + Flink integration,
+# within 10 minutes on 2 cores. make test-testbed: QEMU guests play the bare-metal host and
+# are provisioned for real (KVM, and Xen under TCG). .ci/run runs both.
+test: lint kafka flink-connector browser
+	$(PY) -m pytest -q -m "not testbed" --durations=15
+
+test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel
+	$(PY) -m pytest -q -m testbed --durations=15 playbooks/tests
 
 bench: $(STAMP) kafka flink-connector
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train

@@ -55,12 +55,13 @@ ROLE_PACKAGES = [
 # What the guest roles (kafka, flink, producers) install with apt: in the tests the host VM
 # itself runs the workload (see test_provision_kvm.py).
 GUEST_ROLE_PACKAGES = ["openjdk-17-jre-headless", "python3-venv", "libpython3.11"]
-# What the xen_host and xen_guests roles install with apt, and GRUB: the Xen host boots through
+# What the xen_host, xen_guests and hvbench_agent roles install with apt (python3-venv, for the
+# agent; the KVM host has it for the guest roles above), and GRUB: the Xen host boots through
 # its own GRUB configuration (see build_image). dbus, as on any installed host: the role reboots
 # it, and systemd's shutdown asks logind over D-Bus.
 XEN_PACKAGES = [
     *("xen-system-amd64", "xen-tools", "dnsmasq-base", "iptables", "qemu-utils"),
-    *("grub2-common", "grub-pc-bin", "dbus"),
+    *("grub2-common", "grub-pc-bin", "dbus", "python3-venv"),
 ]
 IMAGE_SIZE = "12G"  # sparse: the host keeps guest images too
 LAYOUT = 1  # bump when the way the image is made changes
@@ -145,6 +146,11 @@ def ssh_key(cache: Path) -> Path:
             check=True,
         )
     return key
+
+
+def agent_wheel() -> None:
+    """The agent's wheel in build/agent/, which the hvbench_agent role installs on the host."""
+    subprocess.run(["make", "-s", "agent-wheel"], cwd=REPO, check=True, timeout=600)
 
 
 def build_image(cache: Path, packages: list[str] | None = None, grub: bool = False) -> Path:

@@ -18,7 +18,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from hostvm import HostVM, build_image, run_playbook
+from hostvm import HostVM, agent_wheel, build_image, run_playbook
+
+pytestmark = pytest.mark.testbed
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
@@ -85,6 +87,7 @@ def guest_bundle(out: Path, model: Path, data: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory, small_model, small_data):
+    agent_wheel()
     image = build_image(CACHE)
     work = tmp_path_factory.mktemp("hostvm")
     bundle = guest_bundle(work, small_model, small_data[0])
@@ -196,13 +199,13 @@ def test_guests_boot_and_take_their_key(host):
 
 
 def vcpu_sched(host, action: str, **settings) -> tuple[int, str, dict | None]:
-    """playbooks/vcpu-sched.yml against the host; the readback it saved on the controller."""
-    readback = host[1].parent / f"vcpu-sched-{action}.json"
+    """playbooks/sched.yml against the host; the readback it saved on the controller."""
+    readback = host[1].parent / f"sched-{action}.json"
     readback.unlink(missing_ok=True)
-    args = ["-e", f"vcpu_sched_action={action}", "-e", f"vcpu_sched_readback_file={readback}"]
+    args = ["-e", f"sched_action={action}", "-e", f"sched_readback_file={readback}"]
     for key, value in settings.items():
-        args += ["-e", f"vcpu_sched{'' if key == 'sched' else '_' + key}={value}"]
-    code, out, _ = playbook(host, "vcpu-sched.yml", *args)
+        args += ["-e", f"sched_{'name' if key == 'sched' else key}={value}"]
+    code, out, _ = playbook(host, "sched.yml", *args)
     return code, out, json.loads(readback.read_text())["readback"] if code == 0 else None
 
 
@@ -261,8 +264,8 @@ def test_deadline_on_a_pinned_vcpu_is_refused_without_a_partition(host):
     assert code == 0, out[-6000:]
     tid = readback["vcpus"][0]["tid"]
     probe = host[0].ssh(
-        "cd /usr/local/lib/hvbench && python3 -c 'from hvbench_load import sched; "
-        f'sched.apply_deadline([{tid}], sched.SchedSetting("deadline", 50000, 100000))\'',
+        "/opt/hvbench-agent/bin/python -c 'from hvbench_agent.sched import linux, Setting; "
+        f'linux.apply_deadline([{tid}], Setting("deadline", 50000, 100000))\'',
         check=False,
     )
     assert probe.returncode != 0 and "(EPERM)" in probe.stderr, probe.stderr
@@ -279,7 +282,7 @@ def test_a_setting_the_host_cannot_admit_is_refused_and_changes_nothing(host):
 
 def test_make_vcpu_sched_applies_and_resets_through_the_inventory(host):
     """The make target a user runs: validate here, the playbook there, the readback in build/."""
-    readback = REPO / "build/vcpu-sched.json"
+    readback = REPO / "build/sched.json"
     make = ["make", "-s", "vcpu-sched", f"INVENTORY={host[1].parent}"]
     env = {**os.environ, "ANSIBLE_TIMEOUT": "60"}
     for args, quota in ((["SCHED=cfs", "BUDGET=30000"], 30000), (["ACTION=reset"], None)):

@@ -28,9 +28,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hostvm import BASE_PACKAGES, REPO, XEN_PACKAGES, HostVM, build_image, run_playbook
+from hostvm import (
+    BASE_PACKAGES,
+    REPO,
+    XEN_PACKAGES,
+    HostVM,
+    agent_wheel,
+    build_image,
+    run_playbook,
+)
 from hvbench_load import readiness
 from hvbench_load.testbed import Machine
+
+pytestmark = pytest.mark.testbed
 
 CACHE = Path(os.environ.get("HVBENCH_TEST_CACHE", "/var/cache/hvbench-test"))
 BUILD_SCRIPT = REPO / "roles/xen_host/files/build-xen-hypervisor"
@@ -52,7 +62,7 @@ def xen_vars(prebuilt: Path, key: Path) -> dict:
         "xen_host_cmdline_extra": "smap=0 smep=0",
         "xen_host_reboot_timeout": 900,
         # the pool starts with Credit: a CPU leaving an RTDS pool panics Xen 4.17 (see
-        # xen_sched), so the settings go from credit to credit2 to rtds
+        # hvbench_agent.sched.xen), so the settings go from credit to credit2 to rtds
         "xen_host_rt_pool_sched": "credit",
         "xen_guests_messaging": {"name": MESSAGING, "vcpus": 1, "host_cpus": [1], **guest},
         # two vCPUs: a cap of 153 (1.53 CPUs) needs them
@@ -73,6 +83,7 @@ def prebuilt() -> Path:
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory, prebuilt):
+    agent_wheel()
     image = build_image(CACHE, BASE_PACKAGES + XEN_PACKAGES, grub=True)
     work = tmp_path_factory.mktemp("xenhost")
     vm = HostVM(image, work, cpus=4, cpu="max,-xsaves,-xsavec")
@@ -100,8 +111,14 @@ def on_host(host, command: str, check: bool = True) -> subprocess.CompletedProce
     return host[0].ssh(command, check=check)
 
 
-def xen_sched(host, *args: str) -> tuple[int, dict | None, str]:
-    proc = on_host(host, "hvbench-xen-sched " + " ".join(args), check=False)
+def xen_sched(host, verb: str, *args: str) -> tuple[int, dict | None, str]:
+    """The host's agent: `hvbench-agent xen prove ...` or `hvbench-agent sched VERB` for the
+    real-time VM's pool."""
+    if verb == "prove":
+        command = ["xen", "prove", *args]
+    else:
+        command = ["sched", verb, "--backend", "xen", "--pool", POOL, *args]
+    proc = on_host(host, "hvbench-agent " + " ".join(command), check=False)
     out = json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else None
     return proc.returncode, out, proc.stdout + proc.stderr
 
@@ -167,7 +184,11 @@ def test_the_readiness_probe_reads_the_xen_host(host):
     and the checks of what provisioning set: Xen's governor and C-states, dom0's pinning, the
     real-time cpupool, the guests' TSC mode."""
     vm = host[0]
-    machine = Machine("host", ssh=("ssh", *vm.ssh_options(), "-p", str(vm.port), "root@127.0.0.1"))
+    machine = Machine(
+        "host",
+        ssh=("ssh", *vm.ssh_options(), "-p", str(vm.port), "root@127.0.0.1"),
+        agent_command=("hvbench-agent",),
+    )
     facts = readiness.probe_machine(machine)
     xen = facts["xen"]
     # built from Debian's source package: no changeset; the build file says where it came from
@@ -216,7 +237,7 @@ def test_a_scheduler_that_is_not_compiled_in_is_refused_loudly(host):
     # leaves out RTDS: the proof must name them, not fall back to another scheduler.
     code, _, out = xen_sched(host, "prove", "--sched", "rtds", "null")
     assert code == 2
-    assert "hvbench-xen-sched: scheduler(s) null missing from this hypervisor" in out
+    assert "hvbench-agent: scheduler(s) null missing from this hypervisor" in out
     assert '"rtds": "present"' in out
     assert "hvbench-probe" not in on_host(host, "xl cpupool-list").stdout
 
@@ -301,7 +322,8 @@ def test_teardown_removes_the_guests_and_keeps_the_rtds_pool(host):
     assert code == 0, out[-6000:]
     assert counts["changed"] > 0
     assert on_host(host, "xl list | tail -n +2 | awk '{print $1}'").stdout.split() == ["Domain-0"]
-    # an RTDS pool with CPUs cannot be dismantled on Xen 4.17 (see xen_sched): it stays, empty
+    # an RTDS pool with CPUs cannot be dismantled on Xen 4.17 (see hvbench_agent.sched.xen): it
+    # stays, empty
     pools = on_host(host, "xl cpupool-list").stdout
     assert re.search(rf"^{POOL}\s+2\s+rtds\s+y\s+0\s*$", pools, re.M), pools
     assert on_host(host, "ls /etc/xen/auto /var/lib/hvbench/disks").stdout.split() == [

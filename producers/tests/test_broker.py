@@ -4,6 +4,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from hvbench_load.broker import BrokerError, KafkaBroker, new_cluster_id
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 LIBS = REPO / "build" / "kafka" / "libs"
 

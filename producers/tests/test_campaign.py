@@ -148,7 +148,10 @@ def test_a_grid_crossed_with_points_names_what_differs(tmp_path):
     [
         ({"target": "xen", "settings": {"sched": "rtds", "budget": 120000}}, "BUDGET 120000"),
         ({"target": "kvm", "settings": {"sched": "rtds"}}, "unknown SCHED 'rtds' for target kvm"),
-        ({"target": "bare", "settings": {"sched": "none", "cap": 153}}, "CAP are for TARGET=xen"),
+        (
+            {"target": "bare", "settings": {"sched": "none", "cap": 153}},
+            "SCHED=none has no CAP=153",
+        ),
         ({"target": "vmware"}, "target must be one of bare, kvm, xen"),
         ({"target": "bare", "settings": {"budgett": 1}}, "unknown setting(s) budgett"),
         ({"target": "bare", "grid": {"sched": ["none", "none"]}}, "repeats an earlier point"),

@@ -9,14 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from hvbench_agent import facts as agent_facts
+from hvbench_agent import tuning
 from hvbench_load import readiness
 
-MODULE = Path(readiness.__file__)
+AGENT_SRC = Path(agent_facts.__file__).parents[1]
 
 
 @pytest.fixture(scope="module")
 def here() -> dict:
-    return readiness.probe()
+    return agent_facts.collect_readiness()
 
 
 def by_name(checks: list[dict]) -> dict[str, dict]:
@@ -48,19 +50,19 @@ def tuned_host(here: dict) -> dict:
     return facts
 
 
-def test_the_probe_reads_this_machine_and_runs_as_a_plain_script(here):
+def test_the_agent_reads_this_machine_with_the_standard_library_alone(here):
     assert here["kernel"] == os.uname().release and "tsc" in here["tsc_flags"]
     assert set(here["governors"]) == {f"cpu{i}" for i in range(os.cpu_count())}
-    # as on a testbed's machines: the file alone, through python3's stdin, no hvbench installed
+    # as on a bare host: the agent's own source and no site-packages at all (-S)
     proc = subprocess.run(
-        ["python3", "-I", "-", "probe"],
-        input=MODULE.read_text(),
+        [sys.executable, "-S", "-m", "hvbench_agent", "facts", "readiness"],
+        env={"PYTHONPATH": str(AGENT_SRC)},
         capture_output=True,
         text=True,
         cwd="/",
         check=True,
     )
-    assert json.loads(proc.stdout)["tsc_flags"] == here["tsc_flags"]
+    assert json.loads(proc.stdout)["readiness"]["tsc_flags"] == here["tsc_flags"]
 
 
 def test_a_tuned_host_passes_every_check(here):
@@ -198,7 +200,7 @@ def fake_xl(tmp_path, monkeypatch):
 
 
 def test_xen_facts_are_read_from_xl(fake_xl):
-    xen = readiness._xen()
+    xen = agent_facts._xen()
     assert xen["version"] == "4.17.5-pre" and xen["changeset"].endswith("git:e2cbc2ed")
     assert xen["cpupools"] == [
         {"name": "Pool-0", "cpus": 2, "sched": "credit", "cpu_list": "0,1"},
@@ -214,7 +216,7 @@ def test_xen_facts_are_read_from_xl(fake_xl):
 def test_a_xen_host_is_checked_by_what_xen_runs(here, fake_xl):
     facts = tuned_host(here)
     facts["governors"] = {"cpu0": None}  # dom0 has no cpufreq: Xen has it
-    facts["xen"] = readiness._xen()
+    facts["xen"] = agent_facts._xen()
     expect = {"realtime_domain": "hvbench-realtime", "realtime_pool": "hvbench-rt"}
     checks = by_name(readiness.evaluate(facts, "host", expect))
     for name in ("governor", "cstates", "xen_dom0_pinned", "xen_rt_pool", "xen_tsc_mode"):
@@ -253,10 +255,10 @@ def test_make_check_prints_the_checks_of_this_machine(tmp_path):
 def test_enforcing_writes_only_what_differs(tmp_path):
     governor = tmp_path / "scaling_governor"
     governor.write_text("powersave\n")
-    assert readiness._write(governor, "performance") is True
+    assert tuning._write_value(governor, "performance") is True
     assert governor.read_text() == "performance"
-    assert readiness._write(governor, "performance") is False  # already so: untouched
-    assert readiness._write(tmp_path / "absent" / "no_turbo", "1") is False
+    assert tuning._write_value(governor, "performance") is False  # already so: untouched
+    assert tuning._write_value(tmp_path / "absent" / "no_turbo", "1") is False
 
 
 def test_the_run_refusal_names_every_unforced_check():

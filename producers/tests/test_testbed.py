@@ -13,8 +13,16 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from hvbench_load import run, vcpu_sched, xen_sched
-from hvbench_load.testbed import Machine, Testbed, TestbedError, inventory_target, ssh_command
+from hvbench_agent.sched import validate
+from hvbench_load import run
+from hvbench_load.testbed import (
+    HostScheduler,
+    Machine,
+    Testbed,
+    TestbedError,
+    inventory_target,
+    ssh_command,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 LIBS = REPO / "build" / "kafka" / "libs"
@@ -22,7 +30,7 @@ LIBS = REPO / "build" / "kafka" / "libs"
 
 def tethered(*command: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "hvbench_load.tethered", "--", *command],
+        [sys.executable, "-m", "hvbench_agent", "tether", "--", *command],
         stdin=subprocess.PIPE,
         start_new_session=True,
         **kwargs,
@@ -162,7 +170,7 @@ def test_a_served_broker_reports_itself_and_stops_when_the_tether_closes(tmp_pat
         (["--sched", "cfs", "--budget", "120000"], "> PERIOD"),
         (["--sched", "deadline-quota"], "unknown SCHED"),
         (["--sched", "fifo"], "SCHED=fifo needs PRIORITY"),
-        (["--sched", "cfs", "--budget", "50000", "--priority", "5"], "PRIORITY has no meaning"),
+        (["--sched", "cfs", "--budget", "50000", "--priority", "5"], "SCHED=cfs has no PRIORITY=5"),
         (["--sched", "none", "--cpu-latency", "0"], "CPU_LATENCY is for the bare target"),
         (["--sched", "none"], "TARGET=kvm needs the testbed"),
     ],
@@ -195,7 +203,7 @@ def test_bad_kvm_settings_are_refused_before_anything_is_touched(args, expected,
         (["--sched", "credit", "--budget", "5000"], "SCHED=credit has no BUDGET=5000"),
         (["--sched", "credit2", "--weight", "0"], "WEIGHT 0 outside 1..65535"),
         (["--sched", "rtds", "--budget", "5000", "--extratime", "2"], "EXTRATIME must be 0 or 1"),
-        (["--sched", "credit", "--priority", "5"], "PRIORITY is for SCHED=fifo on TARGET=kvm"),
+        (["--sched", "credit", "--priority", "5"], "SCHED=credit has no PRIORITY=5"),
         (["--sched", "credit", "--cpu-latency", "0"], "CPU_LATENCY is for the bare target"),
         (["--sched", "credit"], "TARGET=xen needs the testbed"),
     ],
@@ -222,18 +230,20 @@ def test_the_host_tool_gets_the_setting_of_its_target():
         doc |= {role: {"name": role, "address": "10.0.0.1"} for role in ("host", "realtime")}
         return Testbed.from_json(doc)
 
-    xen = run.vcpu_sched_command(
-        testbed("xen"), "apply", xen_sched.validate("rtds", 77500, extratime=1)
+    xen = HostScheduler(testbed("xen")).command(
+        "apply", validate("xen", "rtds", budget_us=77500, extratime=1)
     )
     assert xen == [
-        *("hvbench-xen-sched", "apply", "--domain", "rt", "--pool", "hvbench-rt"),
+        *("hvbench-agent", "sched", "apply", "--backend", "xen", "--domain", "rt"),
+        *("--pool", "hvbench-rt"),
         *("--sched", "rtds", "--budget", "77500", "--period", "100000", "--extratime", "1"),
     ]
-    credit = run.vcpu_sched_command(testbed("xen"), "check", xen_sched.validate("credit", cap=153))
+    credit = HostScheduler(testbed("xen")).command("check", validate("xen", "credit", cap=153))
     assert credit[-6:] == ["--sched", "credit", "--weight", "256", "--cap", "153"]
-    kvm = run.vcpu_sched_command(testbed("kvm"), "apply", vcpu_sched.validate("fifo", priority=9))
+    kvm = HostScheduler(testbed("kvm")).command("apply", validate("kvm", "fifo", priority=9))
     assert kvm == [
-        *("hvbench-vcpu-sched", "apply", "--domain", "rt", "--sched", "fifo", "--priority", "9")
+        *("hvbench-agent", "sched", "apply", "--backend", "kvm", "--domain", "rt"),
+        *("--sched", "fifo", "--priority", "9"),
     ]
 
 

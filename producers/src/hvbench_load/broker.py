@@ -253,7 +253,7 @@ def java_version(java: str = "java") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve a broker for a run on another machine: start it, create the topics, print what
-    runs (one JSON line), and stop it on SIGTERM (see hvbench_load.tethered)."""
+    runs (one JSON line), and stop it on SIGTERM (see hvbench-agent tether)."""
     p = argparse.ArgumentParser(prog="python -m hvbench_load.broker", description=main.__doc__)
     p.add_argument("--libs", required=True, help="the Kafka jars")
     p.add_argument("--work", required=True, help="configuration, data and log")

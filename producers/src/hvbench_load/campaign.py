@@ -333,7 +333,7 @@ def check_points(campaign: Campaign) -> list[str]:
             harness.validate_request(args, need_inventory=False)
         except SystemExit:
             errors.append(f"{point.id}: a setting has the wrong type: {point.settings}")
-        except (harness.RunError, ValueError) as e:
+        except (harness.RunError, harness.Refused, ValueError) as e:
             errors.append(f"{point.id}: {e}")
     return errors
 

@@ -1,11 +1,10 @@
 """Is a machine ready to measure on? `make check`, and every `make run` before it starts.
 
-Two halves. `probe()` reads a machine's facts (frequency governor, turbo, C-states, SMT,
-irqbalance, isolated CPUs, the TSC's flags and the clock source; on a Xen host also `xl info`,
-the cpupools, dom0's vCPU pinning and the guests' tsc_mode; on a KVM host the QEMU and libvirt
-versions). It uses the standard library only, so that it runs anywhere: on a testbed's host and
-guests it is this file, sent over SSH to `python3 -` (`python3 - probe`). `evaluate()` turns
-facts into checks on the controller.
+Two halves. The agent reads a machine's facts (hvbench_agent.facts.collect_readiness: frequency
+governor, turbo, C-states, SMT, irqbalance, isolated CPUs, the TSC's flags and the clock source;
+on a Xen host also `xl info`, the cpupools, dom0's vCPU pinning and the guests' tsc_mode; on a
+KVM host the QEMU and libvirt versions), here or on a testbed's machine (`hvbench-agent facts
+readiness`). `evaluate()` turns facts into checks on the controller.
 
 Each check is pass, fail or n/a (the machine offers no such control, e.g. no cpufreq in a VM)
 and required or advised. What is required depends on the machine: a testbed's host is tuned by
@@ -24,172 +23,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-CPU = Path("/sys/devices/system/cpu")
+from hvbench_agent import facts as agent_facts
+from hvbench_agent import tuning
+
+from hvbench_load.testbed import TestbedError, resolve
+
 # An idle state whose exit latency is above this counts as deep (C1 takes about 1-2 µs, C1E
 # about 10 µs, C6 about 100 µs on Xeons); roles/host_tuning disables them with the same limit.
 DEEP_IDLE_US = 10
 PASS, FAIL, NA = "pass", "fail", "n/a"
-
-
-# ---------------------------------------------------------------------------------------------
-# probe: the machine's facts (standard library only; runs on hosts and guests as a script)
-
-
-def _read(path: Path | str) -> str | None:
-    try:
-        return Path(path).read_text().strip()
-    except OSError:
-        return None
-
-
-def _run(*argv: str) -> str | None:
-    if shutil.which(argv[0]) is None:
-        return None
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
-
-
-def probe() -> dict:
-    cpus = sorted(CPU.glob("cpu[0-9]*"), key=lambda c: int(c.name[3:]))
-    flags: set[str] = set()
-    for line in (_read("/proc/cpuinfo") or "").splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
-    facts = {
-        "hostname": os.uname().nodename,
-        "kernel": os.uname().release,
-        "cmdline": _read("/proc/cmdline") or "",
-        "tsc_flags": sorted(flags & {"tsc", "constant_tsc", "nonstop_tsc", "hypervisor"}),
-        "clocksource": _read(CPU.parent / "clocksource/clocksource0/current_clocksource"),
-        "governors": {c.name: _read(c / "cpufreq/scaling_governor") for c in cpus},
-        "scaling_driver": _read(cpus[0] / "cpufreq/scaling_driver") if cpus else None,
-        "turbo": {
-            "intel_pstate_no_turbo": _read(CPU / "intel_pstate/no_turbo"),
-            "cpufreq_boost": _read(CPU / "cpufreq/boost"),
-        },
-        "idle": _idle(cpus),
-        "smt": {"active": _read(CPU / "smt/active"), "control": _read(CPU / "smt/control")},
-        "irqbalance": _irqbalance(),
-        "isolated": _read(CPU / "isolated") or "",
-        "nohz_full": _read(CPU / "nohz_full") or "",
-        "xen": _xen() if Path("/proc/xen/capabilities").exists() else None,
-        "kvm": _kvm() if shutil.which("virsh") else None,
-    }
-    return facts
-
-
-def _idle(cpus: list[Path]) -> dict:
-    """The idle driver and, per state, its exit latency and on how many CPUs it is disabled."""
-    states: dict[str, dict] = {}
-    for c in cpus:
-        for s in sorted((c / "cpuidle").glob("state[0-9]*")):
-            entry = states.setdefault(
-                s.name,
-                {"name": _read(s / "name"), "latency_us": _int(_read(s / "latency")), "cpus": 0},
-            )
-            entry["cpus"] += 1
-            entry["disabled_on"] = entry.get("disabled_on", 0) + (_read(s / "disable") == "1")
-    return {
-        "driver": _read(CPU / "cpuidle/current_driver"),
-        "states": list(states.values()),
-        "cpu_dma_latency_us": _cpu_dma_latency(),
-    }
-
-
-def _cpu_dma_latency() -> int | None:
-    try:
-        with open("/dev/cpu_dma_latency", "rb") as f:
-            return int.from_bytes(f.read(4), sys.byteorder, signed=True)
-    except OSError:
-        return None
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def _irqbalance() -> str:
-    active = _run("systemctl", "is-active", "irqbalance")
-    if active is not None:
-        return active.strip()
-    running = any((_read(p / "comm") or "") == "irqbalance" for p in Path("/proc").glob("[0-9]*"))
-    return "active" if running else "inactive"
-
-
-def _xen() -> dict:
-    info = {}
-    for line in (_run("xl", "info") or "").splitlines():
-        key, _, value = line.partition(":")
-        info[key.strip()] = value.strip()
-    pools = []
-    for line in (_run("xl", "cpupool-list") or "").splitlines()[1:]:
-        fields = line.split()
-        if len(fields) >= 4:
-            pools.append({"name": fields[0], "cpus": int(fields[1]), "sched": fields[2]})
-    for line in (_run("xl", "cpupool-list", "-c") or "").splitlines()[1:]:
-        name, _, cpus = line.partition(" ")
-        for pool in pools:
-            if pool["name"] == name:
-                pool["cpu_list"] = cpus.strip()
-    dom0 = []
-    for line in (_run("xl", "vcpu-list", "Domain-0") or "").splitlines()[1:]:
-        fields = line.split()
-        if len(fields) >= 8:
-            dom0.append({"vcpu": fields[2], "cpu": fields[3], "hard": fields[6]})
-    domains = {}
-    try:
-        listed = json.loads(_run("xl", "list", "-l") or "[]")
-    except json.JSONDecodeError:
-        listed = []
-    for dom in listed:
-        config = dom.get("config") or {}
-        name = (config.get("c_info") or {}).get("name")
-        if name and name != "Domain-0":
-            b_info = config.get("b_info") or {}
-            domains[name] = {
-                "tsc_mode": b_info.get("tsc_mode", "default"),
-                "pool": (config.get("c_info") or {}).get("pool_name"),
-            }
-    for line in (_run("xl", "list", "-c") or "").splitlines()[1:]:  # pool of each domain
-        fields = line.split()
-        if len(fields) >= 7 and fields[0] in domains:
-            domains[fields[0]]["pool"] = fields[-1]
-    return {
-        "version": f"{info.get('xen_major', '?')}.{info.get('xen_minor', '?')}"
-        f"{info.get('xen_extra', '')}",
-        # empty for a build from the distribution's source package: its version says it
-        "changeset": info.get("xen_changeset") or None,
-        "build": _read("/etc/hvbench/xen-build.env"),  # where make provision's hypervisor came from
-        "commandline": info.get("xen_commandline", ""),
-        "scheduler": info.get("xen_scheduler"),
-        "cpupools": pools,
-        "dom0_vcpus": dom0,
-        "domains": domains,
-        "xenpm_cpufreq": (_run("xenpm", "get-cpufreq-para", "0") or "").strip() or None,
-    }
-
-
-def _kvm() -> dict:
-    qemu = _run("qemu-system-x86_64", "--version")
-    return {
-        "qemu": qemu.splitlines()[0] if qemu else None,
-        "libvirt": (_run("virsh", "-c", "qemu:///system", "version") or "").strip() or None,
-    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,42 +287,16 @@ def table(results: dict[str, list[dict]]) -> str:
 # applying what can be applied here (the bare target; a testbed's is make provision's tuning)
 
 
-def enforce_here() -> list[str]:
-    """Governor performance, turbo off, irqbalance stopped on this machine (until reboot)."""
-    done = []
-    for g in CPU.glob("cpu[0-9]*/cpufreq/scaling_governor"):
-        if _write(g, "performance"):
-            done.append(f"{g.parent.parent.name}: governor performance")
-    if _write(CPU / "intel_pstate/no_turbo", "1") or _write(CPU / "cpufreq/boost", "0"):
-        done.append("turbo off")
-    active = _run("systemctl", "is-active", "irqbalance") is not None  # None: not active
-    if active and _run("systemctl", "stop", "irqbalance") is not None:
-        done.append("irqbalance stopped")
-    return done
-
-
-def _write(path: Path, value: str) -> bool:
-    try:
-        if path.read_text().strip() == value:
-            return False
-        path.write_text(value)
-        return True
-    except OSError:
-        return False
-
-
 # ---------------------------------------------------------------------------------------------
 # on the controller: the machines of a run
 
 
 def probe_machine(machine) -> dict:
-    """A testbed.Machine's facts: probed here, or there by this file sent to `python3 -`."""
+    """A testbed.Machine's readiness facts, from its agent."""
     if not machine.remote:
-        return probe()
-    proc = machine.run(
-        ["python3", "-", "probe"], root=True, input=Path(__file__).read_text(), timeout=180
-    )
-    return json.loads(proc.stdout)
+        return agent_facts.collect_readiness()
+    proc = machine.run(machine.agent("facts", "readiness"), root=True, timeout=180)
+    return json.loads(proc.stdout)["readiness"]
 
 
 def check_testbed(
@@ -497,8 +319,8 @@ def check_testbed(
 
 
 def check_here(require: set[str] = frozenset()) -> tuple[dict[str, list[dict]], dict[str, dict]]:
-    facts = probe()
-    return {"this machine": evaluate(facts, "bare", require=require)}, {"this machine": facts}
+    found = agent_facts.collect_readiness()
+    return {"this machine": evaluate(found, "bare", require=require)}, {"this machine": found}
 
 
 def verdict(results: dict[str, list[dict]], force: bool, force_tsc: bool) -> dict:
@@ -533,15 +355,12 @@ def refusal(verdict_doc: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="readiness", description=__doc__.split("\n")[0])
-    p.add_argument("command", choices=["probe", "check"])
+    p.add_argument("command", choices=["check"])
     p.add_argument("--inventory", help="a testbed's inventory (default: this machine)")
     p.add_argument("--enforce", action="store_true", help="apply what can be applied first")
     p.add_argument("--require", help="checks to require beyond the defaults: governor,smt,...")
     p.add_argument("--out", help="also write the checks here (JSON)")
     args = p.parse_args(argv)
-    if args.command == "probe":
-        print(json.dumps(probe()))
-        return 0
     return run_check(args)
 
 
@@ -553,9 +372,6 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"make check: {e}", file=sys.stderr)
         return 1
     if args.inventory:
-        # the controller's half: hvbench_load is importable here (never on a probed machine)
-        from hvbench_load.testbed import TestbedError, resolve
-
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 testbed = resolve(args.inventory, Path(tmp) / "testbed.json")
@@ -567,7 +383,7 @@ def run_check(args: argparse.Namespace) -> int:
             return 1
     else:
         if args.enforce:
-            print("\n".join(enforce_here()) or "nothing to apply here")
+            print("\n".join(tuning.enforce_here()) or "nothing to apply here")
         results, _ = check_here(require)
     print(table(results))
     failed = [c for checks in results.values() for c in failed_required(checks)]

@@ -136,7 +136,9 @@ def compare(original: dict, rerun: dict) -> dict:
     """What the two bundles agree on, and what differs."""
 
     def settings(meta: dict) -> dict:
-        return {k: v for k, v in meta["requested"].items() if k not in NOT_SETTINGS}
+        # None is "not set": runs written before every setting had every field compare equal
+        requested = meta["requested"].items()
+        return {k: v for k, v in requested if k not in NOT_SETTINGS and v is not None}
 
     def packages(meta: dict) -> dict:
         return (meta.get("versions") or {}).get("packages") or {}

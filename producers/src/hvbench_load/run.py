@@ -10,9 +10,9 @@ unaccounted for.
 
 On a testbed the harness stays here and starts each part over SSH (hvbench_load.testbed):
 Kafka, the producers and the consumer in the messaging VM (its TSC stamps both ends), the job in
-the real-time VM, and the scheduler setting for the real-time VM on the host: its vCPU threads
-on KVM (hvbench-vcpu-sched), its cpupool and domain on Xen (hvbench-xen-sched). Their files
-come back here at the end.
+the real-time VM, and the scheduler setting for the real-time VM on the host, through the host's
+agent: its vCPU threads on KVM, its cpupool and domain on Xen (`hvbench-agent sched`). Their
+files come back here at the end.
 
     python -m hvbench_load.run --sched deadline --budget 20000 --period 100000
     python -m hvbench_load.run --target kvm --inventory inventory/lab/hosts.yml \
@@ -36,21 +36,25 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hvbench_agent import facts as agent_facts
+from hvbench_agent import tuning
+from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, Setting, validate
+from hvbench_agent.sched.linux import LinuxScheduler
+
 import tsc_timer
-from hvbench_load import (
-    accounting,
-    meta,
-    probe,
-    readiness,
-    sched,
-    tuning,
-    vcpu_sched,
-    xen_sched,
-)
+from hvbench_load import accounting, meta, probe, readiness
 from hvbench_load.broker import KafkaBroker
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
-from hvbench_load.testbed import TARGETS, Machine, Testbed, TestbedError, inventory_target, resolve
+from hvbench_load.testbed import (
+    TARGETS,
+    HostScheduler,
+    Machine,
+    Testbed,
+    TestbedError,
+    inventory_target,
+    resolve,
+)
 
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
 # Threads of the job's JVM that handle records (comm names, cut to 15 characters by the
@@ -106,8 +110,7 @@ class Processes:
     job: subprocess.Popen | None = None
     consumer: subprocess.Popen | None = None
     producers: subprocess.Popen | None = None
-    quota: sched.CpuQuota | None = None
-    vcpu_setting_on: Machine | None = None  # testbeds: the host whose setting must be reset
+    scheduler: LinuxScheduler | HostScheduler | None = None  # applied: reset at the end
     stopped: list[str] = field(default_factory=list)
 
 
@@ -165,10 +168,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-AnySetting = sched.SchedSetting | vcpu_sched.KvmSetting | xen_sched.XenSetting
-
-
-def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> AnySetting:
+def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> Setting:
     """The requested settings on their own (no machine is looked at): the scheduler setting
     for the target, or RunError. Campaigns check every point with this before running any."""
     if args.target is None:
@@ -181,19 +181,18 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> A
         raise RunError("RAMP must lie within the warm-up: 0 ≤ RAMP ≤ WARMUP")
     if args.rep is not None and args.rep < 1:
         raise RunError("REP (the repetition number) must be ≥ 1")
-    xen_only = {"EXTRATIME": args.extratime, "WEIGHT": args.weight, "CAP": args.cap}
-    if args.target != "xen" and any(v is not None for v in xen_only.values()):
-        raise RunError("EXTRATIME, WEIGHT and CAP are for TARGET=xen")
-    if args.target != "kvm" and args.priority is not None:
-        raise RunError("PRIORITY is for SCHED=fifo on TARGET=kvm")
+    setting = validate(
+        BACKEND_OF_TARGET[args.target],
+        args.sched,
+        budget_us=args.budget,
+        period_us=args.period,
+        priority=args.priority,
+        extratime=args.extratime,
+        weight=args.weight,
+        cap=args.cap,
+    )
     if args.target == "bare":
-        return sched.validate(args.sched, args.budget, args.period)
-    if args.target == "kvm":
-        setting = vcpu_sched.validate(args.sched, args.budget, args.period, args.priority)
-    else:
-        setting = xen_sched.validate(
-            args.sched, args.budget, args.period, args.extratime, args.weight, args.cap
-        )
+        return setting
     if need_inventory and not args.inventory:
         raise RunError(f"TARGET={args.target} needs the testbed: HOST=<host> or INVENTORY=<dir>")
     if args.cpu_latency not in ("auto", "off"):
@@ -204,15 +203,15 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> A
     return setting
 
 
-def check_settings(args: argparse.Namespace) -> tuple[AnySetting, tuning.CpuLatency | None]:
-    """Refuse bad settings before anything is started or touched."""
+def check_settings(args: argparse.Namespace) -> tuple[Setting, tuning.CpuLatency | None]:
+    """Refuse bad settings before anything is started or touched (the scheduler's own check
+    comes once the run has its id, see run())."""
     setting = validate_request(args)
     if args.target != "bare":
         return setting, None
     for what, path in (("model", Path(args.model) / "manifest.json"), ("data", Path(args.data))):
         if not path.exists():
             raise RunError(f"no {what} at {path} (make train / make data create it)")
-    sched.check_permitted(setting, threads=JOB_THREADS)
     cpu_latency = tuning.CpuLatency(tuning.parse_cpu_latency(args.cpu_latency))
     cpu_latency.check()
     return setting, cpu_latency
@@ -326,75 +325,6 @@ def tail(path: Path, lines: int = 30) -> str:
         return f"({path} unreadable)"
 
 
-def apply_sched(setting: sched.SchedSetting, jvm_pid: int, run_id: str, procs: Processes) -> dict:
-    """Apply the scheduler setting to the job and read it back from the kernel."""
-    if setting.sched == "none":
-        return {"applied": "none", "readback": sched.readback_none(jvm_pid)}
-    if setting.sched == "cfs-quota":
-        procs.quota = sched.CpuQuota(setting, run_id)
-        procs.quota.add(jvm_pid)
-        return {
-            "applied": "cfs-quota on every thread of the job's JVM",
-            "readback": procs.quota.readback(),
-        }
-    threads = sched.threads_of(jvm_pid, list(JOB_THREAD_PATTERNS))
-    if not threads:
-        raise RunError(f"no job threads matching {JOB_THREAD_PATTERNS} in JVM {jvm_pid}")
-    sched.check_permitted(setting, threads=len(threads))
-    readback = sched.apply_deadline([tid for tid, _ in threads], setting)
-    return {
-        "applied": "SCHED_DEADLINE on the job's record-handling threads",
-        "thread_patterns": list(JOB_THREAD_PATTERNS),
-        "readback": [asdict(r) for r in readback],
-    }
-
-
-def final_sched_readback(setting: sched.SchedSetting, jvm_pid: int | None, procs: Processes):
-    if jvm_pid is None or not Path(f"/proc/{jvm_pid}").exists():
-        return None
-    if setting.sched == "cfs-quota" and procs.quota is not None:
-        return procs.quota.readback()
-    if setting.sched == "deadline":
-        threads = sched.threads_of(jvm_pid, list(JOB_THREAD_PATTERNS))
-        return [asdict(r) for r in sched.readback_threads([tid for tid, _ in threads])]
-    return sched.readback_none(jvm_pid)
-
-
-def vcpu_sched_command(
-    testbed: Testbed,
-    action: str,
-    setting: vcpu_sched.KvmSetting | xen_sched.XenSetting | None = None,
-) -> list[str]:
-    """The host's tool for the real-time VM's scheduler setting: hvbench-vcpu-sched on KVM,
-    hvbench-xen-sched (with the real-time cpupool) on Xen."""
-    if testbed.target == "xen":
-        cmd = ["hvbench-xen-sched", action, "--domain", testbed.realtime_domain]
-        cmd += ["--pool", testbed.realtime_pool]
-    else:
-        cmd = ["hvbench-vcpu-sched", action, "--domain", testbed.realtime_domain]
-    if setting is not None:
-        cmd += ["--sched", setting.sched]
-        for flag, value in asdict(setting).items():
-            if flag != "sched" and value is not None:
-                cmd += ["--" + flag.removesuffix("_us"), str(value)]
-    return cmd
-
-
-def where_setting_applies(testbed: Testbed) -> str:
-    if testbed.target == "xen":
-        return f"{testbed.realtime_domain} in cpupool {testbed.realtime_pool}"
-    return f"the vCPUs of {testbed.realtime_domain}"
-
-
-def vcpu_sched_json(testbed: Testbed, action: str, setting=None) -> dict:
-    """The host's scheduler tool; its refusal (exit 2) is a RunError with its message."""
-    cmd = vcpu_sched_command(testbed, action, setting)
-    proc = testbed.host.run(cmd, root=True, check=False)
-    if proc.returncode != 0:
-        raise RunError(proc.stderr.strip() or f"{cmd[0]} {action} failed")
-    return json.loads(proc.stdout)
-
-
 def cpu_times(machine: Machine) -> tuning.CpuTimes:
     if not machine.remote:
         return tuning.CpuTimes.now()
@@ -431,12 +361,23 @@ def teardown(procs: Processes) -> None:
     stop_process(procs.producers, "producers", procs)
     stop_process(procs.consumer, "consumer", procs)
     stop_process(procs.job, "flink job", procs)
-    if procs.quota is not None:
-        procs.quota.close()
+    reset_scheduler(procs)
     if procs.broker is not None:
         procs.broker.stop()
         procs.stopped.append("Kafka")
     stop_process(procs.remote_broker, "Kafka", procs)
+
+
+def reset_scheduler(procs: Processes) -> None:
+    """Undo the scheduler setting (a quota's cgroup here, a guest's setting on the host)."""
+    if procs.scheduler is None:
+        return
+    try:
+        procs.scheduler.reset()
+        procs.stopped.append("scheduler setting reset")
+    except (Refused, TestbedError) as e:
+        log(f"resetting the scheduler setting failed: {e} (run make sched ACTION=reset)")
+    procs.scheduler = None
 
 
 def fetch_run_files(machines: set[Machine], remote_work: str, work: Path) -> None:
@@ -478,11 +419,13 @@ def start_remote_broker(machine: Machine, address: str, paths: Paths, work: Path
 
 def testbed_facts(testbed: Testbed, paths: Paths) -> dict:
     """Host and guest facts for meta.json: the host's from Ansible, each guest's from itself."""
-    facts = {"host": testbed.host_facts}
+    found = {"host": testbed.host_facts}
     for role, machine in (("messaging", testbed.messaging), ("realtime", testbed.realtime)):
-        proc = machine.run(machine.module("hvbench_load.meta", "--model", paths.model), timeout=120)
-        facts[role] = json.loads(proc.stdout)
-    return facts
+        proc = machine.run(
+            machine.agent("facts", "host", "versions", "--model", paths.model), timeout=120
+        )
+        found[role] = json.loads(proc.stdout)
+    return found
 
 
 def run(args: argparse.Namespace) -> int:
@@ -499,6 +442,10 @@ def run(args: argparse.Namespace) -> int:
             f"-{short[k]}{v}" for k, v in asdict(setting).items() if k in short and v is not None
         )
     )
+    scheduler = None
+    if args.target == "bare":
+        scheduler = LinuxScheduler(run_id, JOB_THREAD_PATTERNS, JOB_THREADS)
+        scheduler.check(setting)
     results = Path(args.results) / run_id
     work = Path(args.work) / run_id
     for taken in (results, work):
@@ -518,7 +465,8 @@ def run(args: argparse.Namespace) -> int:
                 f"({testbed.realtime_domain})"
             )
             # Admission and the domain are checked on the host before anything starts.
-            vcpu_sched_json(testbed, "check", setting)
+            scheduler = HostScheduler(testbed)
+            scheduler.check(setting)
             ready = check_readiness(*readiness.check_testbed(testbed, require), args)
         except (TestbedError, RunError):
             shutil.rmtree(work, ignore_errors=True)
@@ -569,7 +517,7 @@ def run(args: argparse.Namespace) -> int:
         meta_doc["placement"] = {
             "kafka, producers, consumer": testbed.messaging.name,
             "flink job": testbed.realtime.name,
-            "scheduler setting": f"{testbed.host.name}: {where_setting_applies(testbed)}",
+            "scheduler setting": f"{testbed.host.name}: {scheduler.where()}",
         }
     jvm_pid = None
     interrupted = False
@@ -629,17 +577,14 @@ def run(args: argparse.Namespace) -> int:
         )
         if testbed:
             log(f"Flink job running in {realtime.name}, answered the probe in {ready_s:.1f} s")
-            procs.vcpu_setting_on = testbed.host
-            meta_doc["sched"] = {
-                "applied": f"{setting.sched} on {where_setting_applies(testbed)}",
-                **vcpu_sched_json(testbed, "apply", setting),
-            }
         else:
             jvm_pid = job_jvm_pid(procs.job)
             if jvm_pid is None:
                 raise RunError("the job's JVM was not found")
             log(f"Flink job running (JVM pid {jvm_pid}), answered the probe in {ready_s:.1f} s")
-            meta_doc["sched"] = apply_sched(setting, jvm_pid, run_id, procs)
+            scheduler.bind(jvm_pid)
+        procs.scheduler = scheduler  # reset at the end, also after a failed apply
+        meta_doc["sched"] = scheduler.apply(setting)
         log(f"scheduler setting applied and read back: {setting.sched}")
 
         expect = args.records
@@ -721,10 +666,7 @@ def run(args: argparse.Namespace) -> int:
             raise RunError("the producers failed:\n" + tail(work / "producers.out"))
         if procs.consumer.returncode != 0:
             raise RunError("the consumer failed:\n" + tail(work / "consumer.err"))
-        if testbed:
-            meta_doc["sched_at_end"] = vcpu_sched_json(testbed, "read")
-        else:
-            meta_doc["sched_at_end"] = final_sched_readback(setting, jvm_pid, procs)
+        meta_doc["sched_at_end"] = scheduler.read()
     except KeyboardInterrupt:
         interrupted = True
         log(f"interrupted: tearing everything down (partial files stay in {work})")
@@ -732,13 +674,6 @@ def run(args: argparse.Namespace) -> int:
         teardown(procs)
         if cpu_latency is not None:
             cpu_latency.close()
-        if procs.vcpu_setting_on is not None:
-            try:
-                vcpu_sched_json(testbed, "reset")
-                procs.stopped.append("scheduler setting reset")
-            except (RunError, TestbedError) as e:
-                tool = "xen-sched" if testbed.target == "xen" else "vcpu-sched"
-                log(f"resetting the scheduler setting failed: {e} (run make {tool} ACTION=reset)")
         log("torn down: " + (", ".join(procs.stopped) or "nothing was left running"))
         if testbed:
             fetch_run_files({messaging, realtime}, paths.work, work)
@@ -768,7 +703,7 @@ def run(args: argparse.Namespace) -> int:
         model_checksum = facts["realtime"].get("model_checksum")
         stamps_where = f"in {messaging.name}"
     else:
-        host_doc, versions = meta.collect_host(), meta.collect_versions()
+        host_doc, versions = agent_facts.collect_host(), agent_facts.collect_versions()
         model_checksum = json.loads((Path(args.model) / "manifest.json").read_text()).get(
             "checksum"
         )
@@ -877,7 +812,7 @@ def main(argv: list[str] | None = None) -> int:
     except (
         RunError,
         ValueError,
-        sched.SchedUnavailable,
+        Refused,
         tuning.TuningError,
         TestbedError,
         tsc_timer.TscUnavailable,

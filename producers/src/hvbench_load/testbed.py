@@ -32,6 +32,9 @@ class Machine:
     python: str = sys.executable
     sudo: bool = False  # an SSH user other than root runs root's commands through sudo
     cpus: str = ""  # taskset CPU list for the run's parts there (empty: any CPU)
+    # how to run hvbench-agent there: here and in the guests, as a module of the run's Python;
+    # on a testbed's host, the command its agent role installed
+    agent_command: tuple[str, ...] = ()
 
     @property
     def remote(self) -> bool:
@@ -46,15 +49,19 @@ class Machine:
     def module(self, module: str, *args: str) -> list[str]:
         return [self.python, "-m", module, *[str(a) for a in args]]
 
+    def agent(self, *args: str) -> list[str]:
+        command = list(self.agent_command) or [self.python, "-m", "hvbench_agent"]
+        return [*command, *[str(a) for a in args]]
+
     def start(self, args: list[str], **popen_kwargs) -> subprocess.Popen:
         """A part that runs until asked to stop, in its own process group. There, it is
-        tethered to the SSH connection (hvbench_load.tethered): closing the returned process's
+        tethered to the SSH connection (hvbench-agent tether): closing the returned process's
         stdin stops it on the far side, as does a lost connection."""
         if self.cpus:
             args = ["taskset", "-c", self.cpus, *args]
         if not self.ssh:
             return subprocess.Popen(args, start_new_session=True, **popen_kwargs)
-        tethered = self.module("hvbench_load.tethered", "--", *args)
+        tethered = self.agent("tether", "--", *args)
         return subprocess.Popen(
             self.command(tethered), stdin=subprocess.PIPE, start_new_session=True, **popen_kwargs
         )
@@ -143,6 +150,7 @@ class Testbed:
                 python=f"{doc['install_dir']}/venv/bin/python",
                 sudo=(conn.get("user") or "root") != "root",
                 cpus=str(conn.get("workload_cpus") or ""),
+                agent_command=("hvbench-agent",) if role == "host" else (),
             )
 
         return cls(
@@ -157,6 +165,50 @@ class Testbed:
             target=doc.get("target", "kvm"),
             realtime_pool=doc.get("realtime_pool", ""),
         )
+
+
+class HostScheduler:
+    """The scheduler of the real-time VM, driven from here through the host's agent
+    (`hvbench-agent sched VERB --backend kvm|xen ...`): the same verbs as the agent's own
+    backends; a refusal on the host (exit 2) is a TestbedError with the host's reason."""
+
+    def __init__(self, testbed: Testbed):
+        self.testbed = testbed
+        self.backend = testbed.target
+
+    def where(self) -> str:
+        if self.backend == "xen":
+            return f"{self.testbed.realtime_domain} in cpupool {self.testbed.realtime_pool}"
+        return f"the vCPUs of {self.testbed.realtime_domain}"
+
+    def command(self, verb: str, setting=None) -> list[str]:
+        """The agent's command line on the host for one verb."""
+        args = ["sched", verb, "--backend", self.backend, "--domain", self.testbed.realtime_domain]
+        if self.backend == "xen":
+            args += ["--pool", self.testbed.realtime_pool]
+        if setting is not None:
+            args += ["--sched", setting.sched]
+            for field, value in setting.params().items():
+                args += ["--" + field.removesuffix("_us"), str(value)]
+        return self.testbed.host.agent(*args)
+
+    def _agent(self, verb: str, setting=None) -> dict:
+        proc = self.testbed.host.run(self.command(verb, setting), root=True, check=False)
+        if proc.returncode != 0:
+            raise TestbedError(proc.stderr.strip() or f"hvbench-agent sched {verb} failed")
+        return json.loads(proc.stdout)
+
+    def check(self, setting) -> None:
+        self._agent("check", setting)
+
+    def apply(self, setting) -> dict:
+        return {"applied": f"{setting.sched} on {self.where()}", **self._agent("apply", setting)}
+
+    def read(self) -> dict:
+        return self._agent("read")
+
+    def reset(self) -> None:
+        self._agent("reset")
 
 
 def ansible_tool(name: str) -> str:

@@ -1,16 +1,16 @@
-"""Scheduler settings for the Flink JVM on the "bare" target (no hypervisor).
+"""The linux backend: scheduler settings for a process's threads on this machine (the Flink
+job's JVM on the bare target), and the kernel mechanisms the kvm backend uses too.
 
-SCHED=none|deadline|cfs-quota with BUDGET and PERIOD in microseconds, the units `xl sched-rtds`
-uses on the Xen target, so that both targets are configured the same way:
+SCHED=none|deadline|cfs-quota with BUDGET and PERIOD in microseconds (see base.py):
 
 - none: the JVM runs as started; `readback_none` records what that was (policy, nice, cgroup).
 - deadline: SCHED_DEADLINE on chosen JVM threads, runtime=BUDGET, deadline=period=PERIOD
   (`apply_deadline`), set with the sched_setattr syscall through ctypes.
 - cfs-quota: the whole JVM in a cpu cgroup limited to BUDGET per PERIOD (`CpuQuota`).
 
-`validate` only checks the numbers; `check_permitted` asks the kernel whether the setting can be
-applied without changing anything; the apply functions return what the kernel reports back, so
-a run records what it actually ran with.
+`check_permitted` asks the kernel whether the setting can be applied without changing anything;
+the apply functions return what the kernel reports back, so a run records what it actually ran
+with. `LinuxScheduler` puts them behind the check/apply/read/reset verbs.
 
 Kernel behaviour measured on the bare machine (6.18, 2 CPUs, cgroup v1 cpu controller) that
 shapes the code below:
@@ -37,28 +37,17 @@ import os
 import platform
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-VALID_SCHEDS = ("none", "deadline", "cfs-quota")
-DEFAULT_PERIOD_US = 100_000
-
-# SCHED_DEADLINE limits (kernel/sched/deadline.c, __checkparam_dl): runtime >= 1 << DL_SCALE
-# = 1024 ns, so 2 us is the smallest whole-microsecond budget; the period must lie within the
-# sysctls kernel.sched_deadline_period_{min,max}_us (defaults 100 us and 4194304 us, ~4.2 s).
-DL_MIN_RUNTIME_NS = 1024
-DL_MIN_BUDGET_US = 2
-DL_PERIOD_MIN_SYSCTL = "/proc/sys/kernel/sched_deadline_period_min_us"
-DL_PERIOD_MAX_SYSCTL = "/proc/sys/kernel/sched_deadline_period_max_us"
-DL_PERIOD_MIN_DEFAULT_US = 100
-DL_PERIOD_MAX_DEFAULT_US = 4_194_304
-
-# CFS bandwidth limits (kernel/sched/core.c, tg_set_cfs_bandwidth): period 1 ms .. 1 s,
-# quota >= 1 ms. Checked here on cgroup v1: 999 and 1000001 for the period and 999 for the
-# quota are refused with EINVAL.
-CFS_PERIOD_MIN_US = 1_000
-CFS_PERIOD_MAX_US = 1_000_000
-CFS_QUOTA_MIN_US = 1_000
+from .base import (
+    DL_MIN_RUNTIME_NS,
+    DL_PERIOD_MAX_DEFAULT_US,
+    DL_PERIOD_MAX_SYSCTL,
+    Refused,
+    Setting,
+    read_int,
+)
 
 RT_RUNTIME_SYSCTL = "/proc/sys/kernel/sched_rt_runtime_us"
 RT_PERIOD_SYSCTL = "/proc/sys/kernel/sched_rt_period_us"
@@ -85,17 +74,6 @@ POLICY_NAMES = {
 SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275)}
 
 
-class SchedUnavailable(RuntimeError):
-    """The kernel does not permit (or refused) the requested scheduler setting."""
-
-
-@dataclass(frozen=True)
-class SchedSetting:
-    sched: str
-    budget_us: int | None
-    period_us: int | None
-
-
 @dataclass(frozen=True)
 class ThreadReadback:
     """One thread's scheduling attributes as sched_getattr reports them."""
@@ -109,95 +87,6 @@ class ThreadReadback:
     nice: int
     priority: int  # SCHED_FIFO/RR priority, 0 for the other policies
     reset_on_fork: bool
-
-
-# ---------------------------------------------------------------------------------------------
-# validation
-
-
-def _read_int(path: str, default: int) -> int:
-    try:
-        return int(Path(path).read_text().strip())
-    except (OSError, ValueError):
-        return default
-
-
-def _check_us(label: str, value: object, sched: str) -> int:
-    # bool is an int subclass; True as a budget is certainly a mistake
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(
-            f"SCHED={sched}: {label} must be an integer number of microseconds, "
-            f"got {value!r} ({type(value).__name__})"
-        )
-    if value <= 0:
-        raise ValueError(f"SCHED={sched}: {label} must be positive, got {value} us")
-    return value
-
-
-def validate(sched: str, budget_us: int | None, period_us: int | None) -> SchedSetting:
-    """Check SCHED/BUDGET/PERIOD (microseconds) and return the setting; ValueError otherwise.
-
-    Changes nothing. For deadline the period bounds are read from the kernel's sysctls
-    (defaults when absent).
-    """
-    if sched not in VALID_SCHEDS:
-        raise ValueError(
-            f"unknown SCHED {sched!r} for target bare; valid: {', '.join(VALID_SCHEDS)}"
-        )
-    if sched == "none":
-        if budget_us is not None or period_us is not None:
-            raise ValueError(
-                f"BUDGET and PERIOD have no meaning for SCHED=none "
-                f"(got BUDGET={budget_us}, PERIOD={period_us}); unset them"
-            )
-        return SchedSetting("none", None, None)
-
-    kind = "deadline" if sched == "deadline" else "cfs"
-    budget, period = check_budget_period(sched, kind, budget_us, period_us)
-    return SchedSetting(sched, budget, period)
-
-
-def check_budget_period(
-    sched: str, kind: str, budget_us: int | None, period_us: int | None
-) -> tuple[int, int]:
-    """BUDGET and PERIOD (PERIOD defaults to 100 ms) checked against the kernel's limits for
-    kind "deadline" (SCHED_DEADLINE) or "cfs" (CFS bandwidth); ValueError naming SCHED=sched
-    otherwise. Shared by every target that applies one of these two mechanisms."""
-    if budget_us is None:
-        raise ValueError(f"SCHED={sched} needs BUDGET (microseconds of CPU time per PERIOD)")
-    budget = _check_us("BUDGET", budget_us, sched)
-    period = _check_us("PERIOD", DEFAULT_PERIOD_US if period_us is None else period_us, sched)
-    if budget > period:
-        raise ValueError(
-            f"SCHED={sched}: BUDGET {budget} us > PERIOD {period} us "
-            "(the budget must fit in one period)"
-        )
-
-    if kind == "deadline":
-        if budget < DL_MIN_BUDGET_US:
-            raise ValueError(
-                f"SCHED={sched}: BUDGET {budget} us is below the kernel minimum of "
-                f"{DL_MIN_BUDGET_US} us (runtime must be >= {DL_MIN_RUNTIME_NS} ns)"
-            )
-        pmin = _read_int(DL_PERIOD_MIN_SYSCTL, DL_PERIOD_MIN_DEFAULT_US)
-        pmax = _read_int(DL_PERIOD_MAX_SYSCTL, DL_PERIOD_MAX_DEFAULT_US)
-        if not pmin <= period <= pmax:
-            raise ValueError(
-                f"SCHED={sched}: PERIOD {period} us outside the kernel range {pmin}..{pmax} us "
-                "(kernel.sched_deadline_period_min_us/max_us)"
-            )
-    else:  # cfs
-        if not CFS_PERIOD_MIN_US <= period <= CFS_PERIOD_MAX_US:
-            raise ValueError(
-                f"SCHED={sched}: PERIOD {period} us outside the kernel range "
-                f"{CFS_PERIOD_MIN_US}..{CFS_PERIOD_MAX_US} us (cpu.cfs_period_us, cpu.max)"
-            )
-        if budget < CFS_QUOTA_MIN_US:
-            raise ValueError(
-                f"SCHED={sched}: BUDGET {budget} us is below the kernel minimum of "
-                f"{CFS_QUOTA_MIN_US} us (cpu.cfs_quota_us, cpu.max)"
-            )
-    return budget, period
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,7 +115,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def _syscall_numbers() -> tuple[int, int]:
     machine = platform.machine()
     if machine not in SYSCALLS:
-        raise SchedUnavailable(f"sched_setattr syscall number unknown for architecture {machine}")
+        raise Refused(f"sched_setattr syscall number unknown for architecture {machine}")
     return SYSCALLS[machine]
 
 
@@ -238,8 +127,8 @@ def _setattr(tid: int, attr: _SchedAttr) -> int:
     return ctypes.get_errno() if rc != 0 else 0
 
 
-def _getattr(tid: int) -> _SchedAttr:
-    """sched_getattr(tid); raises OSError (ESRCH when the thread is gone)."""
+def sched_getattr(tid: int) -> _SchedAttr:
+    """sched_getattr(2) for one thread; raises OSError (ESRCH when the thread is gone)."""
     attr = _SchedAttr()
     nr = _syscall_numbers()[1]
     rc = _libc.syscall(
@@ -264,7 +153,7 @@ def _comm(tid: int) -> str:
 
 
 def _readback(tid: int) -> ThreadReadback:
-    attr = _getattr(tid)
+    attr = sched_getattr(tid)
     return ThreadReadback(
         tid=tid,
         name=_comm(tid),
@@ -289,7 +178,7 @@ def readback_threads(tids: list[int]) -> list[ThreadReadback]:
     return out
 
 
-def _explain_setattr_errno(err: int, tid: int, setting: SchedSetting) -> str:
+def _explain_setattr_errno(err: int, tid: int, setting: Setting) -> str:
     what = (
         f"SCHED_DEADLINE (BUDGET {setting.budget_us} us / PERIOD {setting.period_us} us) "
         f"on thread {tid} ({_comm(tid)})"
@@ -311,7 +200,7 @@ def _explain_setattr_errno(err: int, tid: int, setting: SchedSetting) -> str:
     return f"sched_setattr failed for {what}: {errno.errorcode.get(err, err)} {os.strerror(err)}"
 
 
-def _restore_other(tid: int, nice: int) -> None:
+def restore_other(tid: int, nice: int) -> None:
     """Put a SCHED_DEADLINE thread back to SCHED_OTHER without leaking its bandwidth.
 
     Switching a sleeping deadline thread directly to SCHED_OTHER leaves its admitted
@@ -319,7 +208,7 @@ def _restore_other(tid: int, nice: int) -> None:
     (runtime 1024 ns over the longest allowed period, which rounds to zero in the kernel's
     20-bit fixed point) hands the bandwidth back through the ordinary parameter-change path.
     """
-    pmax_ns = _read_int(DL_PERIOD_MAX_SYSCTL, DL_PERIOD_MAX_DEFAULT_US) * 1000
+    pmax_ns = read_int(DL_PERIOD_MAX_SYSCTL, DL_PERIOD_MAX_DEFAULT_US) * 1000
     _setattr(
         tid,
         _SchedAttr(
@@ -333,12 +222,12 @@ def _restore_other(tid: int, nice: int) -> None:
 
 
 def apply_deadline(
-    tids: list[int], setting: SchedSetting, reset_on_fork: bool = True
+    tids: list[int], setting: Setting, reset_on_fork: bool = True
 ) -> list[ThreadReadback]:
     """Set SCHED_DEADLINE runtime=budget, deadline=period=period on each thread; read back.
 
     Returns the kernel's view of every thread (values in ns). Threads that exit before they
-    are set or read are left out. Raises SchedUnavailable if the kernel refuses a thread;
+    are set or read are left out. Raises Refused if the kernel refuses a thread;
     the threads already changed are first put back to SCHED_OTHER with their previous nice.
 
     reset_on_fork: without it a deadline thread cannot create threads at all (EAGAIN); with it
@@ -353,7 +242,7 @@ def apply_deadline(
     changed: list[tuple[int, int]] = []  # (tid, nice before) for the rollback
     for tid in tids:
         try:
-            nice_before = _getattr(tid).sched_nice
+            nice_before = sched_getattr(tid).sched_nice
         except ProcessLookupError:
             continue  # the thread exited meanwhile; nothing to schedule
         attr = _SchedAttr(
@@ -369,10 +258,10 @@ def apply_deadline(
         if err != 0:
             message = _explain_setattr_errno(err, tid, setting)
             for done_tid, nice in reversed(changed):
-                _restore_other(done_tid, nice)
+                restore_other(done_tid, nice)
             if changed:
                 message += f"; restored {len(changed)} thread(s) already changed to SCHED_OTHER"
-            raise SchedUnavailable(message)
+            raise Refused(message)
         changed.append((tid, nice_before))
 
     result = []
@@ -470,8 +359,8 @@ def _fair_server_bw(ncpus: int) -> int:
     if base.is_dir():
         total = 0
         for cpu in base.iterdir():
-            runtime = _read_int(str(cpu / "runtime"), 0)
-            period = _read_int(str(cpu / "period"), 0)
+            runtime = read_int(str(cpu / "runtime"), 0)
+            period = read_int(str(cpu / "period"), 0)
             total += _to_ratio(period, runtime)
         return total
     release = re.match(r"(\d+)\.(\d+)", platform.release())
@@ -485,7 +374,7 @@ def _deadline_bw_in_use() -> int:
     total = 0
     for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
         try:
-            attr = _getattr(int(task.name))
+            attr = sched_getattr(int(task.name))
         except OSError:
             continue
         if attr.sched_policy == SCHED_DEADLINE:
@@ -499,8 +388,8 @@ def admission_refusal(
     """The kernel's deadline admission test (__dl_overflow) for `count` threads of BUDGET per
     PERIOD in a root domain of `ncpus` CPUs where other deadline threads already hold `in_use`;
     None if admitted, else why not. `threads` and `cpus` name them in the message."""
-    rt_runtime = _read_int(RT_RUNTIME_SYSCTL, 950_000)
-    rt_period = _read_int(RT_PERIOD_SYSCTL, 1_000_000)
+    rt_runtime = read_int(RT_RUNTIME_SYSCTL, 950_000)
+    rt_period = read_int(RT_PERIOD_SYSCTL, 1_000_000)
     if rt_runtime < 0:
         return None  # sched_rt_runtime_us = -1: no admission control
     # bw × capacity, capacity 1024 per CPU
@@ -520,10 +409,10 @@ def admission_refusal(
     )
 
 
-def _check_deadline_permitted(setting: SchedSetting, threads: int) -> None:
+def _check_deadline_permitted(setting: Setting, threads: int) -> None:
     assert setting.budget_us is not None and setting.period_us is not None
     if not _has_cap_sys_nice():
-        raise SchedUnavailable("SCHED=deadline needs root or CAP_SYS_NICE")
+        raise Refused("SCHED=deadline needs root or CAP_SYS_NICE")
     refusal = admission_refusal(
         setting.budget_us,
         setting.period_us,
@@ -534,11 +423,11 @@ def _check_deadline_permitted(setting: SchedSetting, threads: int) -> None:
         _deadline_bw_in_use(),
     )
     if refusal:
-        raise SchedUnavailable(refusal)
+        raise Refused(refusal)
 
 
-def check_permitted(setting: SchedSetting, threads: int = 1) -> None:
-    """Raise SchedUnavailable unless the kernel permits `setting`; changes nothing lasting.
+def check_permitted(setting: Setting, threads: int = 1) -> None:
+    """Raise Refused unless the kernel permits `setting`; changes nothing lasting.
 
     deadline: CAP_SYS_NICE, and the admission arithmetic for `threads` threads (the kernel
     may still refuse a thread whose CPU affinity is restricted; apply_deadline reports that).
@@ -552,7 +441,7 @@ def check_permitted(setting: SchedSetting, threads: int = 1) -> None:
         return
     controller = find_cpu_controller()
     if controller is None:
-        raise SchedUnavailable(
+        raise Refused(
             "SCHED=cfs-quota: no cpu cgroup controller is mounted "
             "(neither a v1 'cgroup' mount with option cpu nor cgroup2 offering 'cpu')"
         )
@@ -561,20 +450,20 @@ def check_permitted(setting: SchedSetting, threads: int = 1) -> None:
     try:
         probe.mkdir()
     except OSError as e:
-        raise SchedUnavailable(f"SCHED=cfs-quota: cannot create a cgroup under {root}: {e}") from e
+        raise Refused(f"SCHED=cfs-quota: cannot create a cgroup under {root}: {e}") from e
     try:
         if version == 1:
             if not (probe / "cpu.cfs_quota_us").exists():
-                raise SchedUnavailable(
+                raise Refused(
                     f"SCHED=cfs-quota: {root} has no cpu.cfs_quota_us "
                     "(kernel built without CONFIG_CFS_BANDWIDTH?)"
                 )
         else:
             if "cpu" in _read_words(Path(root) / "cgroup.subtree_control"):
                 if not (probe / "cpu.max").exists():
-                    raise SchedUnavailable(f"SCHED=cfs-quota: child cgroups of {root} lack cpu.max")
+                    raise Refused(f"SCHED=cfs-quota: child cgroups of {root} lack cpu.max")
             elif not os.access(Path(root) / "cgroup.subtree_control", os.W_OK):
-                raise SchedUnavailable(
+                raise Refused(
                     f"SCHED=cfs-quota: cpu is not enabled in {root}/cgroup.subtree_control "
                     "and it is not writable"
                 )
@@ -627,7 +516,7 @@ def find_cpu_controller(mountinfo: str | None = None) -> tuple[int, str] | None:
     return None
 
 
-def _write(path: Path, value: str) -> None:
+def write_file(path: Path, value: str) -> None:
     # unbuffered, so that the kernel's refusal raises here (a buffered write to a cgroup file
     # fails only at close, which an unclosed file object would swallow)
     fd = os.open(path, os.O_WRONLY)
@@ -652,14 +541,14 @@ class CpuQuota:
     (needed once per boot for child groups to get cpu.max; it stays enabled).
     """
 
-    def __init__(self, setting: SchedSetting, run_id: str):
+    def __init__(self, setting: Setting, run_id: str):
         if setting.sched != "cfs-quota" or setting.budget_us is None or setting.period_us is None:
             raise ValueError(f"CpuQuota needs a SCHED=cfs-quota setting, got {setting}")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", run_id):
             raise ValueError(f"run_id {run_id!r} must be letters, digits, '_', '.', '-'")
         controller = find_cpu_controller()
         if controller is None:
-            raise SchedUnavailable("SCHED=cfs-quota: no cpu cgroup controller is mounted")
+            raise Refused("SCHED=cfs-quota: no cpu cgroup controller is mounted")
         self.version, root = controller
         self.setting = setting
         self.parent = Path(root)
@@ -667,12 +556,12 @@ class CpuQuota:
         self._closed = False
 
         if self.version == 2 and "cpu" not in _read_words(self.parent / "cgroup.subtree_control"):
-            _write(self.parent / "cgroup.subtree_control", "+cpu")
+            write_file(self.parent / "cgroup.subtree_control", "+cpu")
         try:
             self.path.mkdir()
         except FileExistsError:
             self._closed = True  # not ours: never remove it
-            raise SchedUnavailable(
+            raise Refused(
                 f"cgroup {self.path} already exists (left from an earlier run?); "
                 f"move its tasks out and rmdir it"
             ) from None
@@ -680,13 +569,13 @@ class CpuQuota:
             if self.version == 1:
                 # a new group has quota -1 (unlimited), so any period is accepted first; the
                 # quota is then checked against that period
-                _write(self.path / "cpu.cfs_period_us", str(setting.period_us))
-                _write(self.path / "cpu.cfs_quota_us", str(setting.budget_us))
+                write_file(self.path / "cpu.cfs_period_us", str(setting.period_us))
+                write_file(self.path / "cpu.cfs_quota_us", str(setting.budget_us))
             else:
-                _write(self.path / "cpu.max", f"{setting.budget_us} {setting.period_us}")
+                write_file(self.path / "cpu.max", f"{setting.budget_us} {setting.period_us}")
         except OSError as e:
             self.close()
-            raise SchedUnavailable(f"cannot set the CPU quota in {self.path}: {e}") from e
+            raise Refused(f"cannot set the CPU quota in {self.path}: {e}") from e
 
     def __enter__(self) -> CpuQuota:
         return self
@@ -698,14 +587,14 @@ class CpuQuota:
         """Move process pid with all its threads into the group (threads it creates later
         start there too)."""
         try:
-            _write(self.path / "cgroup.procs", str(pid))
+            write_file(self.path / "cgroup.procs", str(pid))
         except ProcessLookupError:
             raise  # no such process: the caller's mistake, not a refusal by the kernel
         except OSError as e:
             hint = ""
             if e.errno == errno.EINVAL and self.version == 1:
                 hint = " (a SCHED_FIFO/RR thread cannot join a group without an RT budget)"
-            raise SchedUnavailable(f"cannot move process {pid} into {self.path}: {e}{hint}") from e
+            raise Refused(f"cannot move process {pid} into {self.path}: {e}{hint}") from e
 
     def readback(self) -> dict:
         """Quota and period as the kernel holds them, the number of threads in the group,
@@ -740,7 +629,7 @@ class CpuQuota:
         for _ in range(50):
             for pid in _read_words(self.path / "cgroup.procs"):
                 with contextlib.suppress(ProcessLookupError):  # exited meanwhile
-                    _write(self.parent / "cgroup.procs", pid)
+                    write_file(self.parent / "cgroup.procs", pid)
             try:
                 self.path.rmdir()
                 return
@@ -750,4 +639,71 @@ class CpuQuota:
                 if e.errno != errno.EBUSY:
                     raise
             time.sleep(0.02)
-        raise SchedUnavailable(f"could not remove cgroup {self.path}: still busy")
+        raise Refused(f"could not remove cgroup {self.path}: still busy")
+
+
+# ---------------------------------------------------------------------------------------------
+# the backend
+
+
+class LinuxScheduler:
+    """The linux backend for one process (the job's JVM): SCHED=none reads its threads,
+    deadline applies to its threads whose names match `thread_patterns`, cfs-quota puts the
+    whole process in a cpu cgroup named after the run. `bind(pid)` names the process once it
+    runs; `check` works before that, for `expected_threads` threads."""
+
+    backend = "linux"
+
+    def __init__(self, run_id: str, thread_patterns: tuple[str, ...], expected_threads: int):
+        self.run_id = run_id
+        self.thread_patterns = list(thread_patterns)
+        self.expected_threads = expected_threads
+        self.pid: int | None = None
+        self.setting: Setting | None = None
+        self.quota: CpuQuota | None = None
+
+    def bind(self, pid: int) -> None:
+        self.pid = pid
+
+    def check(self, setting: Setting) -> None:
+        check_permitted(setting, threads=self.expected_threads)
+
+    def apply(self, setting: Setting) -> dict:
+        assert self.pid is not None, "bind(pid) first"
+        self.setting = setting
+        if setting.sched == "none":
+            return {"applied": "none", "readback": readback_none(self.pid)}
+        if setting.sched == "cfs-quota":
+            self.quota = CpuQuota(setting, self.run_id)
+            self.quota.add(self.pid)
+            return {
+                "applied": "cfs-quota on every thread of the job's JVM",
+                "readback": self.quota.readback(),
+            }
+        tids = self._threads()
+        if not tids:
+            raise Refused(f"no threads matching {self.thread_patterns} in process {self.pid}")
+        check_permitted(setting, threads=len(tids))
+        return {
+            "applied": "SCHED_DEADLINE on the job's record-handling threads",
+            "thread_patterns": self.thread_patterns,
+            "readback": [asdict(r) for r in apply_deadline(tids, setting)],
+        }
+
+    def read(self) -> dict | list | None:
+        """The readback now; None once the process is gone."""
+        if self.pid is None or not Path(f"/proc/{self.pid}").exists():
+            return None
+        if self.quota is not None:
+            return self.quota.readback()
+        if self.setting is not None and self.setting.sched == "deadline":
+            return [asdict(r) for r in readback_threads(self._threads())]
+        return readback_none(self.pid)
+
+    def reset(self) -> None:
+        """The quota's cgroup goes; deadline threads end with their process."""
+        if self.quota is not None:
+            self.quota.close()
+
+    def _threads(self) -> list[int]:
+        return [tid for tid, _ in threads_of(self.pid, self.thread_patterns)]

@@ -1,4 +1,4 @@
-"""Tests for hvbench_load.sched against the real kernel (run as root on the bare machine).
+"""The linux backend (hvbench_agent.sched.linux) against the real kernel (as root, here).
 
 Helper processes are plain `python -c` programs with named threads; every one is killed and
 every cgroup removed by fixture finalizers, also when a test fails. Deadline threads release
@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from hvbench_load import sched
+from hvbench_agent.sched import Refused, validate
+from hvbench_agent.sched import linux as sched
 
 # Worker threads named hvb-worker-<i> sleep in a loop; "pin" adds one thread restricted to CPU 0;
 # "long" adds one with a name longer than 15 characters. The main thread (hvb-main) answers
@@ -115,141 +116,6 @@ def _workers(pid: int) -> list[int]:
     return [tid for tid, _ in sched.threads_of(pid, [r"^hvb-worker-"])]
 
 
-def _sysctl(name: str, default: int) -> int:
-    try:
-        return int(Path(f"/proc/sys/kernel/{name}").read_text())
-    except OSError:
-        return default
-
-
-# ---------------------------------------------------------------------------------------------
-# validate
-
-DL_MIN = _sysctl("sched_deadline_period_min_us", 100)
-DL_MAX = _sysctl("sched_deadline_period_max_us", 4194304)
-
-INVALID = [
-    ("rtds", None, None, "unknown SCHED 'rtds' for target bare; valid: none, deadline, cfs-quota"),
-    ("", 5000, None, "unknown SCHED '' for target bare; valid: none, deadline, cfs-quota"),
-    (
-        "none",
-        5000,
-        None,
-        "BUDGET and PERIOD have no meaning for SCHED=none (got BUDGET=5000, PERIOD=None); "
-        "unset them",
-    ),
-    (
-        "none",
-        None,
-        100000,
-        "BUDGET and PERIOD have no meaning for SCHED=none (got BUDGET=None, PERIOD=100000); "
-        "unset them",
-    ),
-    ("deadline", None, 100000, "SCHED=deadline needs BUDGET (microseconds of CPU time per PERIOD)"),
-    ("cfs-quota", None, None, "SCHED=cfs-quota needs BUDGET (microseconds of CPU time per PERIOD)"),
-    (
-        "deadline",
-        "5000",
-        None,
-        "SCHED=deadline: BUDGET must be an integer number of microseconds, got '5000' (str)",
-    ),
-    (
-        "cfs-quota",
-        5000,
-        1.5,
-        "SCHED=cfs-quota: PERIOD must be an integer number of microseconds, got 1.5 (float)",
-    ),
-    (
-        "deadline",
-        True,
-        None,
-        "SCHED=deadline: BUDGET must be an integer number of microseconds, got True (bool)",
-    ),
-    ("deadline", 0, None, "SCHED=deadline: BUDGET must be positive, got 0 us"),
-    ("cfs-quota", 5000, -100000, "SCHED=cfs-quota: PERIOD must be positive, got -100000 us"),
-    (
-        "deadline",
-        120000,
-        None,
-        "SCHED=deadline: BUDGET 120000 us > PERIOD 100000 us (the budget must fit in one period)",
-    ),
-    (
-        "cfs-quota",
-        120000,
-        100000,
-        "SCHED=cfs-quota: BUDGET 120000 us > PERIOD 100000 us (the budget must fit in one period)",
-    ),
-    (
-        "deadline",
-        1,
-        100000,
-        "SCHED=deadline: BUDGET 1 us is below the kernel minimum of 2 us "
-        "(runtime must be >= 1024 ns)",
-    ),
-    (
-        "deadline",
-        50,
-        DL_MIN - 1,
-        f"SCHED=deadline: PERIOD {DL_MIN - 1} us outside the kernel range {DL_MIN}..{DL_MAX} us "
-        "(kernel.sched_deadline_period_min_us/max_us)",
-    ),
-    (
-        "deadline",
-        5000,
-        DL_MAX + 1,
-        f"SCHED=deadline: PERIOD {DL_MAX + 1} us outside the kernel range {DL_MIN}..{DL_MAX} us "
-        "(kernel.sched_deadline_period_min_us/max_us)",
-    ),
-    (
-        "cfs-quota",
-        500,
-        999,
-        "SCHED=cfs-quota: PERIOD 999 us outside the kernel range 1000..1000000 us "
-        "(cpu.cfs_period_us, cpu.max)",
-    ),
-    (
-        "cfs-quota",
-        5000,
-        1000001,
-        "SCHED=cfs-quota: PERIOD 1000001 us outside the kernel range 1000..1000000 us "
-        "(cpu.cfs_period_us, cpu.max)",
-    ),
-    (
-        "cfs-quota",
-        999,
-        100000,
-        "SCHED=cfs-quota: BUDGET 999 us is below the kernel minimum of 1000 us "
-        "(cpu.cfs_quota_us, cpu.max)",
-    ),
-]
-
-
-@pytest.mark.parametrize(("sched_name", "budget", "period", "message"), INVALID)
-def test_validate_refuses_with_clear_message(sched_name, budget, period, message):
-    with pytest.raises(ValueError) as info:
-        sched.validate(sched_name, budget, period)
-    assert str(info.value) == message
-    assert "\n" not in str(info.value)
-
-
-@pytest.mark.parametrize(
-    ("args", "expected"),
-    [
-        (("none", None, None), ("none", None, None)),
-        (("deadline", 5000, None), ("deadline", 5000, 100000)),
-        (("deadline", 2, DL_MIN), ("deadline", 2, DL_MIN)),
-        (("deadline", DL_MAX, DL_MAX), ("deadline", DL_MAX, DL_MAX)),
-        (("cfs-quota", 1000, 1000), ("cfs-quota", 1000, 1000)),
-        (("cfs-quota", 100000, 1000000), ("cfs-quota", 100000, 1000000)),
-    ],
-)
-def test_validate_accepts(args, expected):
-    setting = sched.validate(*args)
-    assert (setting.sched, setting.budget_us, setting.period_us) == expected
-    with pytest.raises(AttributeError):
-        setting.budget_us = 1  # frozen
-
-
 # ---------------------------------------------------------------------------------------------
 # threads and SCHED=none
 
@@ -285,18 +151,20 @@ def test_readback_none(start):
 
 
 def test_check_permitted_deadline():
-    sched.check_permitted(sched.validate("deadline", 5000, 100000), threads=4)
-    sched.check_permitted(sched.validate("none", None, None))
-    too_much = sched.validate("deadline", 100000, 100000)
+    sched.check_permitted(
+        validate("linux", "deadline", budget_us=5000, period_us=100000), threads=4
+    )
+    sched.check_permitted(validate("linux", "none", budget_us=None, period_us=None))
+    too_much = validate("linux", "deadline", budget_us=100000, period_us=100000)
     threads = (os.cpu_count() or 1) + 1
-    with pytest.raises(sched.SchedUnavailable, match="admission control would refuse"):
+    with pytest.raises(Refused, match="admission control would refuse"):
         sched.check_permitted(too_much, threads=threads)
 
 
 def test_apply_deadline_and_read_back(start):
     proc = start(HELPER, "3")
     tids = _workers(proc.pid)
-    setting = sched.validate("deadline", 5000, 100000)
+    setting = validate("linux", "deadline", budget_us=5000, period_us=100000)
     result = sched.apply_deadline(tids, setting)
     assert [r.tid for r in result] == tids
     for r in result:
@@ -311,7 +179,7 @@ def test_apply_deadline_and_read_back(start):
 
 
 def test_deadline_thread_can_spawn_only_with_reset_on_fork(start):
-    setting = sched.validate("deadline", 5000, 100000)
+    setting = validate("linux", "deadline", budget_us=5000, period_us=100000)
     for reset_on_fork, answer in ((True, "spawned"), (False, "spawn-failed")):
         proc = start(HELPER, "1")
         main = sched.threads_of(proc.pid, ["^hvb-main$"])[0][0]
@@ -328,9 +196,11 @@ def test_admission_refusal_restores_and_does_not_leak(start):
     ncpus = os.cpu_count() or 1
     proc = start(HELPER, str(ncpus + 1))
     tids = _workers(proc.pid)
-    full = sched.validate("deadline", 100000, 100000)  # one whole CPU per thread
+    full = validate(
+        "linux", "deadline", budget_us=100000, period_us=100000
+    )  # one whole CPU per thread
     for _ in range(2):
-        with pytest.raises(sched.SchedUnavailable) as info:
+        with pytest.raises(Refused) as info:
             sched.apply_deadline(tids, full)
         message = str(info.value)
         assert "admission control refused" in message
@@ -347,15 +217,17 @@ def test_restricted_affinity_is_refused_with_reason(start):
         pytest.skip("needs 2 CPUs: with 1 CPU a thread pinned to CPU 0 is not restricted")
     proc = start(HELPER, "1", "pin")
     tids = [*_workers(proc.pid), sched.threads_of(proc.pid, ["^hvb-pinned$"])[0][0]]
-    with pytest.raises(sched.SchedUnavailable, match=r"EPERM.*affinity") as info:
-        sched.apply_deadline(tids, sched.validate("deadline", 5000, 100000))
+    with pytest.raises(Refused, match=r"EPERM.*affinity") as info:
+        sched.apply_deadline(tids, validate("linux", "deadline", budget_us=5000, period_us=100000))
     assert "restored 1 thread(s)" in str(info.value)
     assert all(_policy(tid) == sched.SCHED_OTHER for tid in tids)
 
 
 def test_apply_deadline_refuses_other_settings():
     with pytest.raises(ValueError, match="needs a SCHED=deadline setting"):
-        sched.apply_deadline([os.getpid()], sched.validate("cfs-quota", 5000, 100000))
+        sched.apply_deadline(
+            [os.getpid()], validate("linux", "cfs-quota", budget_us=5000, period_us=100000)
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,12 +266,12 @@ def test_find_cpu_controller_reads_v2_and_escaped_paths(tmp_path):
 
 def test_check_permitted_cfs_quota_leaves_nothing():
     before = _cgroup_names()
-    sched.check_permitted(sched.validate("cfs-quota", 10000, 100000))
+    sched.check_permitted(validate("linux", "cfs-quota", budget_us=10000, period_us=100000))
     assert _cgroup_names() == before
 
 
 def test_cpu_quota_throttles_and_cleans_up(start, quotas):
-    setting = sched.validate("cfs-quota", 10000, 100000)
+    setting = validate("linux", "cfs-quota", budget_us=10000, period_us=100000)
     quota = sched.CpuQuota(setting, run_id=f"test-{os.getpid()}")
     quotas.append(quota)
     path = Path(quota.path)
@@ -429,20 +301,20 @@ def test_cpu_quota_throttles_and_cleans_up(start, quotas):
 
 
 def test_cpu_quota_context_manager_and_existing_group(start):
-    setting = sched.validate("cfs-quota", 50000, 100000)
+    setting = validate("linux", "cfs-quota", budget_us=50000, period_us=100000)
     run_id = f"test-cm-{os.getpid()}"
     proc = start(HELPER, "2")
     with sched.CpuQuota(setting, run_id) as quota:
         quota.add(proc.pid)
         assert quota.readback()["tasks"] == 3
-        with pytest.raises(sched.SchedUnavailable, match="already exists"):
+        with pytest.raises(Refused, match="already exists"):
             sched.CpuQuota(setting, run_id)
         assert Path(quota.path).is_dir()  # the refused second one did not remove it
     assert not Path(quota.path).exists()
 
 
 def test_cpu_quota_removed_when_body_fails(start):
-    setting = sched.validate("cfs-quota", 50000, 100000)
+    setting = validate("linux", "cfs-quota", budget_us=50000, period_us=100000)
     proc = start(SPINNER)
     run_id = f"test-err-{os.getpid()}"
     with pytest.raises(RuntimeError, match="boom"), sched.CpuQuota(setting, run_id) as quota:
@@ -453,6 +325,8 @@ def test_cpu_quota_removed_when_body_fails(start):
 
 def test_cpu_quota_refuses_bad_input():
     with pytest.raises(ValueError, match="needs a SCHED=cfs-quota setting"):
-        sched.CpuQuota(sched.validate("deadline", 5000, 100000), "x")
+        sched.CpuQuota(validate("linux", "deadline", budget_us=5000, period_us=100000), "x")
     with pytest.raises(ValueError, match="run_id"):
-        sched.CpuQuota(sched.validate("cfs-quota", 5000, 100000), "../escape")
+        sched.CpuQuota(
+            validate("linux", "cfs-quota", budget_us=5000, period_us=100000), "../escape"
+        )

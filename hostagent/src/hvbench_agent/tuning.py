@@ -7,6 +7,8 @@
   outlives the run. Measured on a 2-vCPU VM (haltpoll idle driver): a pipe ping-pong at 60 Hz
   went from p50 63 µs / p99.9 511 µs to p50 17 µs / p99.9 180 µs, and the pipeline's p50 at
   60 rec/s from 4.0 to 2.8 ms.
+- `make check ENFORCE=1` on the bare target: governor performance, turbo off, irqbalance
+  stopped (`enforce_here`, until the next boot).
 - Steal: time the hypervisor ran something else while this machine's CPUs wanted to run
   (`/proc/stat`). Non-zero only in a VM; a run records it so a reader can see how much of its
   tail the host took.
@@ -18,6 +20,8 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+
+from .facts import CPU, run_tool
 
 PM_QOS = Path("/dev/cpu_dma_latency")
 
@@ -132,3 +136,27 @@ def steal_between(before: CpuTimes, after: CpuTimes) -> dict:
         "cpu_s": total / hz,
         "steal_pct": 100.0 * steal / total if total > 0 else 0.0,
     }
+
+
+def enforce_here() -> list[str]:
+    """Governor performance, turbo off, irqbalance stopped on this machine (until reboot)."""
+    done = []
+    for g in CPU.glob("cpu[0-9]*/cpufreq/scaling_governor"):
+        if _write_value(g, "performance"):
+            done.append(f"{g.parent.parent.name}: governor performance")
+    if _write_value(CPU / "intel_pstate/no_turbo", "1") or _write_value(CPU / "cpufreq/boost", "0"):
+        done.append("turbo off")
+    active = run_tool("systemctl", "is-active", "irqbalance") is not None  # None: not active
+    if active and run_tool("systemctl", "stop", "irqbalance") is not None:
+        done.append("irqbalance stopped")
+    return done
+
+
+def _write_value(path: Path, value: str) -> bool:
+    try:
+        if path.read_text().strip() == value:
+            return False
+        path.write_text(value)
+        return True
+    except OSError:
+        return False

@@ -1,4 +1,4 @@
-"""Scheduler settings for the real-time VM's vCPUs on a KVM host (target kvm).
+"""The kvm backend: scheduler settings for a libvirt guest's vCPUs (target kvm, the real-time VM).
 
 SCHED=none|cfs|deadline|fifo, BUDGET and PERIOD in microseconds as on the other targets:
 
@@ -15,86 +15,38 @@ SCHED=none|cfs|deadline|fifo, BUDGET and PERIOD in microseconds as on the other 
   the VM's CPUs.
 - fifo: SCHED_FIFO with PRIORITY on every vCPU thread; pinning is kept.
 
-`validate` only checks the numbers (`make vcpu-sched` calls it before touching a host). On the
-host, as root: `check` asks whether the setting can be applied and changes nothing, `apply`
-applies it and prints what the kernel and libvirt report back, `read` prints that readback,
-`reset` undoes whatever `apply` changed. What `apply` changed is kept in STATE_FILE, so a reset
+On the host, as root (`hvbench-agent sched VERB --backend kvm --domain NAME ...`): `check` asks
+whether the setting can be applied and changes nothing, `apply` applies it and prints what the
+kernel and libvirt report back, `read` prints that readback, `reset` undoes whatever `apply`
+changed. What `apply` changed is kept in STATE_FILE, so a reset
 restores what was there, also after a failed apply. One exception: the kernel refuses to empty
 the cpuset.cpus of a cgroup with tasks below it, so an empty value ("all of the parent's CPUs")
 comes back written out as the parent's CPUs, which grants the same. While deadline is applied
 the host's own tasks keep only the CPUs no guest is pinned to.
 
-    python3 -m hvbench_load.vcpu_sched apply --domain hvbench-realtime --sched cfs --budget 77500
+    hvbench-agent sched apply --backend kvm --domain hvbench-realtime --sched cfs --budget 77500
 
 Needs python3-libvirt (Debian's package) on the host; the rest is the standard library.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from . import sched
+from . import linux
+from .base import Refused, Setting, read_int
+from .linux import RT_PERIOD_SYSCTL, RT_RUNTIME_SYSCTL
 
-VALID_SCHEDS = ("none", "cfs", "deadline", "fifo")
-FIFO_PRIORITY_RANGE = (1, 99)
 STATE_FILE = Path("/var/lib/hvbench/vcpu-sched.json")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LIBVIRT_URI = "qemu:///system"
 # libvirt's "no limit" for vcpu_quota; the kernel's default CFS period
 NO_QUOTA = -1
 DEFAULT_CFS_PERIOD_US = 100_000
-
-
-class Refused(RuntimeError):
-    """The host cannot apply the setting; nothing was left changed."""
-
-
-@dataclass(frozen=True)
-class KvmSetting:
-    sched: str
-    budget_us: int | None = None
-    period_us: int | None = None
-    priority: int | None = None
-
-
-def validate(
-    sched_name: str,
-    budget_us: int | None = None,
-    period_us: int | None = None,
-    priority: int | None = None,
-) -> KvmSetting:
-    """Check SCHED/BUDGET/PERIOD/PRIORITY for target kvm; ValueError otherwise. Pure."""
-    if sched_name not in VALID_SCHEDS:
-        raise ValueError(
-            f"unknown SCHED {sched_name!r} for target kvm; valid: {', '.join(VALID_SCHEDS)}"
-        )
-    if sched_name in ("none", "fifo") and (budget_us is not None or period_us is not None):
-        raise ValueError(
-            f"BUDGET and PERIOD have no meaning for SCHED={sched_name} "
-            f"(got BUDGET={budget_us}, PERIOD={period_us}); unset them"
-        )
-    if sched_name != "fifo" and priority is not None:
-        raise ValueError(f"PRIORITY has no meaning for SCHED={sched_name}; unset it")
-    if sched_name == "none":
-        return KvmSetting("none")
-    if sched_name == "fifo":
-        low, high = FIFO_PRIORITY_RANGE
-        if priority is None:
-            raise ValueError(f"SCHED=fifo needs PRIORITY ({low}..{high})")
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValueError(f"SCHED=fifo: PRIORITY must be an integer, got {priority!r}")
-        if not low <= priority <= high:
-            raise ValueError(f"SCHED=fifo: PRIORITY {priority} outside {low}..{high}")
-        return KvmSetting("fifo", priority=priority)
-    kind = "deadline" if sched_name == "deadline" else "cfs"
-    budget, period = sched.check_budget_period(sched_name, kind, budget_us, period_us)
-    return KvmSetting(sched_name, budget, period)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,11 +118,11 @@ def _set_cpus(cgroup: Path, cpus: str) -> None:
     # Written directly: neither a systemd daemon-reload nor a libvirtd restart rewrites it
     # (checked on Debian 12). systemctl set-property AllowedCPUs= would, but it cannot give
     # back an empty value either.
-    sched._write(cgroup / "cpuset.cpus", cpus)
+    linux.write_file(cgroup / "cpuset.cpus", cpus)
 
 
 def _set_partition(cgroup: Path, value: str) -> None:
-    sched._write(cgroup / "cpuset.cpus.partition", value)
+    linux.write_file(cgroup / "cpuset.cpus.partition", value)
     state = _read(cgroup / "cpuset.cpus.partition")
     if state != value:
         raise Refused(f"{cgroup}: cpuset.cpus.partition is {state!r} after writing {value!r}")
@@ -187,7 +139,7 @@ def readback(dom) -> dict:
     pins = vcpu_pins(dom)
     vcpus = []
     for index, tid in threads:
-        rb = sched.readback_threads([tid])
+        rb = linux.readback_threads([tid])
         cgroup = _cgroup_v2_path(tid)
         vcpus.append(
             {
@@ -216,8 +168,8 @@ def readback(dom) -> dict:
         },
         "host": {
             "cpus_left_to_the_host": _read(CGROUP_ROOT / "cpuset.cpus.effective"),
-            "sched_rt_runtime_us": sched._read_int(sched.RT_RUNTIME_SYSCTL, -2),
-            "sched_rt_period_us": sched._read_int(sched.RT_PERIOD_SYSCTL, -2),
+            "sched_rt_runtime_us": read_int(RT_RUNTIME_SYSCTL, -2),
+            "sched_rt_period_us": read_int(RT_PERIOD_SYSCTL, -2),
             "kernel": os.uname().release,
         },
     }
@@ -236,11 +188,11 @@ def _guest_cpus(dom) -> set[int]:
     return cpus
 
 
-def _admission(setting: KvmSetting, vcpus: int, partition_cpus: int) -> None:
+def _admission(setting: Setting, vcpus: int, partition_cpus: int) -> None:
     """The kernel's deadline admission test for the VM's own root domain (the partition,
     new and so holding no other deadline thread)."""
     assert setting.budget_us is not None and setting.period_us is not None
-    refusal = sched.admission_refusal(
+    refusal = linux.admission_refusal(
         setting.budget_us,
         setting.period_us,
         "vCPU(s)",
@@ -253,7 +205,7 @@ def _admission(setting: KvmSetting, vcpus: int, partition_cpus: int) -> None:
         raise Refused(refusal)
 
 
-def check(dom, setting: KvmSetting) -> None:
+def check(dom, setting: Setting) -> None:
     """Refused unless this host can apply `setting` to dom. Changes nothing."""
     if os.geteuid() != 0:
         raise Refused("vCPU scheduler settings need root on the host")
@@ -286,7 +238,7 @@ def _save_state(state: dict) -> None:
     STATE_FILE.write_text(json.dumps(state, indent=1))
 
 
-def apply(dom, setting: KvmSetting) -> dict:
+def apply(dom, setting: Setting) -> dict:
     """Apply `setting` to dom's vCPUs (after undoing an earlier apply); returns the readback.
     On a refusal everything changed so far is undone first."""
     libvirt, _ = _libvirt()
@@ -305,7 +257,7 @@ def apply(dom, setting: KvmSetting) -> dict:
             )
         elif setting.sched == "fifo":
             for _, tid in threads:
-                nice = sched._getattr(tid).sched_nice
+                nice = linux.sched_getattr(tid).sched_nice
                 state["changed"].append({"tid": tid, "tgid": _tgid(tid), "nice": nice})
                 _save_state(state)
                 os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(setting.priority))
@@ -319,7 +271,7 @@ def apply(dom, setting: KvmSetting) -> dict:
     return readback(dom)
 
 
-def _apply_deadline(dom, setting: KvmSetting, threads: list[tuple[int, int]], state: dict) -> None:
+def _apply_deadline(dom, setting: Setting, threads: list[tuple[int, int]], state: dict) -> None:
     top, scope = domain_cgroups([tid for _, tid in threads])
     own = sorted(set().union(*vcpu_pins(dom)))
     guests = sorted(_guest_cpus(dom))
@@ -338,16 +290,10 @@ def _apply_deadline(dom, setting: KvmSetting, threads: list[tuple[int, int]], st
     _set_partition(top, "root")
     _set_partition(scope, "root")
     for _, tid in threads:
-        nice = sched._getattr(tid).sched_nice
+        nice = linux.sched_getattr(tid).sched_nice
         state["changed"].append({"tid": tid, "tgid": _tgid(tid), "nice": nice})
     _save_state(state)
-    try:
-        sched.apply_deadline(
-            [tid for _, tid in threads],
-            sched.SchedSetting("deadline", setting.budget_us, setting.period_us),
-        )
-    except sched.SchedUnavailable as e:
-        raise Refused(str(e)) from e
+    linux.apply_deadline([tid for _, tid in threads], setting)
 
 
 def _tgid(tid: int) -> int | None:
@@ -380,8 +326,8 @@ def reset() -> None:
         if _tgid(tid) != thread["tgid"]:
             continue
         with contextlib.suppress(ProcessLookupError):
-            if sched._getattr(tid).sched_policy == sched.SCHED_DEADLINE:
-                sched._restore_other(tid, thread["nice"])
+            if linux.sched_getattr(tid).sched_policy == linux.SCHED_DEADLINE:
+                linux.restore_other(tid, thread["nice"])
             else:
                 os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
                 os.setpriority(os.PRIO_PROCESS, tid, thread["nice"])
@@ -403,45 +349,22 @@ def reset() -> None:
     STATE_FILE.unlink()
 
 
-# ---------------------------------------------------------------------------------------------
-# command line (run on the host by playbooks/vcpu-sched.yml)
+class KvmScheduler:
+    """The kvm backend for one libvirt domain (the real-time VM)."""
 
+    backend = "kvm"
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hvbench-vcpu-sched", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=("validate", "check", "apply", "read", "reset"))
-    parser.add_argument("--domain", required=True)
-    parser.add_argument("--sched", default="none")
-    parser.add_argument("--budget", type=int)
-    parser.add_argument("--period", type=int)
-    parser.add_argument("--priority", type=int)
-    args = parser.parse_args(argv)
-    try:
-        setting = validate(args.sched, args.budget, args.period, args.priority)
-        if args.action == "validate":  # the numbers only, on the controller
-            print(json.dumps({"setting": asdict(setting)}))
-            return 0
-        if args.action == "reset":
-            reset()
-            try:
-                dom = open_domain(args.domain)
-            except Refused:  # stopped: nothing to read back
-                print(json.dumps({"readback": None}))
-                return 0
-        dom = open_domain(args.domain)
-        if args.action == "check":
-            check(dom, setting)
-            out = {"ok": True, "setting": asdict(setting)}
-        elif args.action == "apply":
-            out = {"setting": asdict(setting), "readback": apply(dom, setting)}
-        else:
-            out = {"readback": readback(dom)}
-    except (ValueError, Refused) as e:
-        print(f"hvbench-vcpu-sched: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(out, indent=1))
-    return 0
+    def __init__(self, domain: str):
+        self.domain = domain
 
+    def check(self, setting: Setting) -> None:
+        check(open_domain(self.domain), setting)
 
-if __name__ == "__main__":
-    sys.exit(main())
+    def apply(self, setting: Setting) -> dict:
+        return apply(open_domain(self.domain), setting)
+
+    def read(self) -> dict:
+        return readback(open_domain(self.domain))
+
+    def reset(self) -> None:
+        reset()

@@ -2,7 +2,7 @@ import os
 import struct
 
 import pytest
-from hvbench_load import tuning
+from hvbench_agent import tuning
 
 
 def test_cpu_latency_values():

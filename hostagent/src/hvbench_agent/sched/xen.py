@@ -1,4 +1,4 @@
-"""Cpupools and scheduler settings for the real-time VM on a Xen host (target xen).
+"""The xen backend: cpupools and scheduler settings for a domain (target xen, the real-time VM).
 
 SCHED=rtds|credit|credit2. BUDGET and PERIOD are in microseconds, as `xl sched-rtds` takes them
 and as on the other targets:
@@ -24,38 +24,32 @@ credit2 to rtds works; from rtds to another scheduler is refused with that reaso
 pool's boot scheduler (xen_host_rt_pool_sched) and reboot the host. `pool-destroy` keeps such
 a pool too (it goes with the next reboot).
 
-`validate` only checks the numbers (the controller calls it before touching a host). On the
-host, as root: `prove` creates and destroys an empty cpupool with each scheduler (a scheduler
+On the host, as root (`hvbench-agent xen ...` and `hvbench-agent sched VERB --backend xen`):
+`prove` creates and destroys an empty cpupool with each scheduler (a scheduler
 that is not compiled in fails loudly instead of falling back), `pool` makes the real-time pool
 (at boot, from hvbench-xen-pool.service), `pool-destroy` removes it, `check` asks whether a
 setting can be applied and changes nothing, `apply` applies it and prints the readback, `read`
 prints the readback, `reset` puts the scheduler's defaults back.
 
-    python3 -m hvbench_load.xen_sched apply --domain hvbench-realtime --sched rtds --budget 77500
+    hvbench-agent sched apply --backend xen --domain hvbench-realtime --sched rtds --budget 77500
 
 Needs only xl and the standard library.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
 
-VALID_SCHEDS = ("rtds", "credit", "credit2")
-DEFAULT_PERIOD_US = 100_000
-DEFAULT_EXTRATIME = 0
-# Xen's limits (xen/common/sched/rt.c RTDS_MIN_PERIOD/RTDS_MIN_BUDGET; libxl's weight range).
-RTDS_MIN_US = 10
-WEIGHT_RANGE = (1, 65535)
+from .base import CREDIT_DEFAULT_WEIGHT, Refused, Setting
+
 # What a domain starts with, and what `reset` puts back.
 DEFAULTS = {
     "rtds": {"period": 10_000, "budget": 4_000, "extratime": 1},
-    "credit": {"weight": 256, "cap": 0},
-    "credit2": {"weight": 256, "cap": 0},
+    "credit": {"weight": CREDIT_DEFAULT_WEIGHT, "cap": 0},
+    "credit2": {"weight": CREDIT_DEFAULT_WEIGHT, "cap": 0},
 }
 DEFAULT_POOL = "hvbench-rt"
 HOST_POOL = "Pool-0"
@@ -64,76 +58,6 @@ RTDS_CPU_REMOVAL = (
     "keeps RTDS until the host reboots: set xen_host_rt_pool_sched and reboot it (make "
     "provision, then reboot) to run {sched} there"
 )
-
-
-class Refused(RuntimeError):
-    """The host cannot do what was asked; nothing was left changed."""
-
-
-@dataclass(frozen=True)
-class XenSetting:
-    sched: str
-    budget_us: int | None = None
-    period_us: int | None = None
-    extratime: int | None = None
-    weight: int | None = None
-    cap: int | None = None
-
-
-def _whole(name: str, value: object, sched: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"SCHED={sched}: {name} must be a whole number, got {value!r}")
-    return value
-
-
-def validate(
-    sched_name: str,
-    budget_us: int | None = None,
-    period_us: int | None = None,
-    extratime: int | None = None,
-    weight: int | None = None,
-    cap: int | None = None,
-) -> XenSetting:
-    """Check SCHED and its parameters for target xen; ValueError otherwise. Pure."""
-    if sched_name not in VALID_SCHEDS:
-        raise ValueError(
-            f"unknown SCHED {sched_name!r} for target xen; valid: {', '.join(VALID_SCHEDS)}"
-        )
-    given = {"BUDGET": budget_us, "PERIOD": period_us, "EXTRATIME": extratime}
-    given |= {"WEIGHT": weight, "CAP": cap}
-    allowed = ("BUDGET", "PERIOD", "EXTRATIME") if sched_name == "rtds" else ("WEIGHT", "CAP")
-    extra = [f"{k}={v}" for k, v in given.items() if v is not None and k not in allowed]
-    if extra:
-        raise ValueError(
-            f"SCHED={sched_name} has no {', '.join(extra)}; its parameters are {', '.join(allowed)}"
-        )
-    if sched_name == "rtds":
-        if budget_us is None:
-            raise ValueError("SCHED=rtds needs BUDGET (microseconds of CPU time per PERIOD)")
-        budget = _whole("BUDGET", budget_us, sched_name)
-        period = _whole("PERIOD", DEFAULT_PERIOD_US if period_us is None else period_us, "rtds")
-        if budget < RTDS_MIN_US or period < RTDS_MIN_US:
-            raise ValueError(
-                f"SCHED=rtds: BUDGET and PERIOD must be at least {RTDS_MIN_US} us "
-                f"(got BUDGET={budget}, PERIOD={period})"
-            )
-        if budget > period:
-            raise ValueError(
-                f"SCHED=rtds: BUDGET {budget} us > PERIOD {period} us "
-                "(the budget must fit in one period)"
-            )
-        extra_time = DEFAULT_EXTRATIME if extratime is None else extratime
-        if extra_time not in (0, 1) or isinstance(extra_time, bool):
-            raise ValueError(f"SCHED=rtds: EXTRATIME must be 0 or 1, got {extratime!r}")
-        return XenSetting("rtds", budget, period, extra_time)
-    low, high = WEIGHT_RANGE
-    w = DEFAULTS[sched_name]["weight"] if weight is None else _whole("WEIGHT", weight, sched_name)
-    if not low <= w <= high:
-        raise ValueError(f"SCHED={sched_name}: WEIGHT {w} outside {low}..{high}")
-    c = 0 if cap is None else _whole("CAP", cap, sched_name)
-    if c < 0:
-        raise ValueError(f"SCHED={sched_name}: CAP {c} is negative (0 means no cap)")
-    return XenSetting(sched_name, weight=w, cap=c)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,13 +104,13 @@ def pools() -> dict[str, dict]:
     for name, row in table.items():
         out[name] = {
             "sched": row["Sched"],
-            "cpus": _cpu_list(cpus.get(name, "")),
+            "cpus": cpu_list(cpus.get(name, "")),
             "domains": int(row["Domain_count"]),
         }
     return out
 
 
-def _cpu_list(text: str) -> list[int]:
+def cpu_list(text: str) -> list[int]:
     cpus: list[int] = []
     for part in text.split(","):
         if "-" in part:
@@ -304,7 +228,7 @@ def destroy_pool(pool: str) -> bool:
         for name, d in domains().items():
             if d["pool"] == pool:
                 xl("cpupool-migrate", name, HOST_POOL)
-        print(f"hvbench-xen-sched: {pool} stays until the next reboot", file=sys.stderr)
+        print(f"hvbench-agent: {pool} stays until the next reboot", file=sys.stderr)
         return False
     for name, d in domains().items():
         if d["pool"] == pool:
@@ -319,7 +243,7 @@ def destroy_pool(pool: str) -> bool:
 # settings
 
 
-def check(name: str, setting: XenSetting, pool: str) -> dict:
+def check(name: str, setting: Setting, pool: str) -> dict:
     """Whether `apply` can work: the domain exists and fits the setting. Changes nothing."""
     dom = domain(name)
     if setting.cap is not None and setting.cap > 100 * dom["vcpus"]:
@@ -335,7 +259,7 @@ def check(name: str, setting: XenSetting, pool: str) -> dict:
     return dom
 
 
-def apply(name: str, setting: XenSetting, pool: str) -> dict:
+def apply(name: str, setting: Setting, pool: str) -> dict:
     check(name, setting, pool)
     ensure_pool(pool, setting.sched)
     if domain(name)["pool"] != pool:
@@ -344,7 +268,7 @@ def apply(name: str, setting: XenSetting, pool: str) -> dict:
     return readback(name)
 
 
-def _set(name: str, setting: XenSetting) -> None:
+def _set(name: str, setting: Setting) -> None:
     if setting.sched == "rtds":
         xl(
             "sched-rtds", "-d", name, "-v", "all", "-p", str(setting.period_us),
@@ -359,9 +283,9 @@ def reset(name: str) -> dict:
     sched_name = _pool_sched(name)
     d = DEFAULTS[sched_name]
     if sched_name == "rtds":
-        setting = XenSetting("rtds", d["budget"], d["period"], d["extratime"])
+        setting = Setting("rtds", d["budget"], d["period"], d["extratime"])
     else:
-        setting = XenSetting(sched_name, weight=d["weight"], cap=d["cap"])
+        setting = Setting(sched_name, weight=d["weight"], cap=d["cap"])
     _set(name, setting)
     return readback(name)
 
@@ -411,7 +335,7 @@ def tsc_mode(name: str) -> str:
     return doc[0]["config"]["b_info"].get("tsc_mode", "default")
 
 
-def matches(setting: XenSetting, back: dict) -> bool:
+def matches(setting: Setting, back: dict) -> bool:
     """Whether a readback shows exactly the setting."""
     if back["sched"] != setting.sched:
         return False
@@ -422,75 +346,26 @@ def matches(setting: XenSetting, back: dict) -> bool:
     return (back["weight"], back["cap"]) == (setting.weight, setting.cap)
 
 
-# ---------------------------------------------------------------------------------------------
-# command line (run on the host by playbooks and by the harness)
+class XenScheduler:
+    """The xen backend for one domain (the real-time VM) and its cpupool."""
 
+    backend = "xen"
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hvbench-xen-sched", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "action",
-        choices=("validate", "prove", "pool", "pool-destroy", "check", "apply", "read", "reset"),
-    )
-    parser.add_argument("--domain")
-    parser.add_argument("--pool", default=DEFAULT_POOL)
-    parser.add_argument("--sched", nargs="+", default=["rtds"])
-    parser.add_argument("--cpus", help="for pool: CPU numbers, e.g. 2,3")
-    parser.add_argument("--budget", type=int)
-    parser.add_argument("--period", type=int)
-    parser.add_argument("--extratime", type=int)
-    parser.add_argument("--weight", type=int)
-    parser.add_argument("--cap", type=int)
-    args = parser.parse_args(argv)
-    try:
-        if args.action == "prove":
-            found = prove(args.sched)
-            print(json.dumps(found, indent=1))
-            missing = [s for s, state in found.items() if state != "present"]
-            if missing:
-                raise Refused(
-                    f"scheduler(s) {', '.join(missing)} missing from this hypervisor "
-                    "(see roles/xen_host: the hypervisor must be built with them)"
-                )
-            return 0
-        if args.action == "pool":
-            changed = ensure_pool(args.pool, args.sched[0], _cpu_list(args.cpus or ""))
-            print(json.dumps({"changed": changed, "pool": pools()[args.pool]}))
-            return 0
-        if args.action == "pool-destroy":
-            print(json.dumps({"changed": destroy_pool(args.pool)}))
-            return 0
-        if args.action in ("read", "reset"):
-            # these take no setting: the domain's pool decides the scheduler
-            if not args.domain:
-                raise ValueError(f"{args.action} needs --domain")
-            back = reset(args.domain) if args.action == "reset" else readback(args.domain)
-            print(json.dumps({"readback": back}, indent=1))
-            return 0
-        if len(args.sched) != 1:
-            raise ValueError("one SCHED at a time")
-        setting = validate(
-            args.sched[0], args.budget, args.period, args.extratime, args.weight, args.cap
-        )
-        if args.action == "validate":
-            print(json.dumps({"setting": asdict(setting)}))
-            return 0
-        if not args.domain:
-            raise ValueError(f"{args.action} needs --domain")
-        if args.action == "check":
-            check(args.domain, setting, args.pool)
-            out = {"ok": True, "setting": asdict(setting)}
-        elif args.action == "apply":
-            back = apply(args.domain, setting, args.pool)
-            if not matches(setting, back):
-                raise Refused(f"xl reads back something else than was applied: {back}")
-            out = {"setting": asdict(setting), "readback": back}
-    except (ValueError, Refused) as e:
-        print(f"hvbench-xen-sched: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(out, indent=1))
-    return 0
+    def __init__(self, domain: str, pool: str = DEFAULT_POOL):
+        self.domain = domain
+        self.pool = pool
 
+    def check(self, setting: Setting) -> None:
+        check(self.domain, setting, self.pool)
 
-if __name__ == "__main__":
-    sys.exit(main())
+    def apply(self, setting: Setting) -> dict:
+        back = apply(self.domain, setting, self.pool)
+        if not matches(setting, back):
+            raise Refused(f"xl reads back something else than was applied: {back}")
+        return back
+
+    def read(self) -> dict:
+        return readback(self.domain)
+
+    def reset(self) -> None:
+        reset(self.domain)

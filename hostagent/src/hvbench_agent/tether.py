@@ -6,7 +6,7 @@ was interrupted. Started through this, the command (in its own process group) ge
 when standard input closes, which is how the harness asks it to stop and what happens when the
 connection drops, and SIGKILL if it is still there after a grace period.
 
-    python -m hvbench_load.tethered -- python -m hvbench_job.job ...
+    hvbench-agent tether -- python -m hvbench_job.job ...
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 
 GRACE_S = 20.0
@@ -32,13 +31,8 @@ def end(child: subprocess.Popen, grace_s: float = GRACE_S) -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    if not argv:
-        print("usage: python -m hvbench_load.tethered -- COMMAND [ARG ...]", file=sys.stderr)
-        return 2
+def run(argv: list[str]) -> int:
+    """Run argv until standard input closes; its exit code (128 + signal if killed)."""
     # The child must not read our standard input: it is the tether.
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -58,7 +52,3 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=watch_stdin, daemon=True).start()
     code = child.wait()
     return code if code >= 0 else 128 - code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,126 @@
+"""`hvbench-agent`: what the harness and the playbooks ask of a host or guest.
+
+    hvbench-agent sched validate|check|apply|read|reset --backend kvm|xen --domain NAME
+                  [--pool POOL] [--sched S] [--budget US] [--period US] [--priority N]
+                  [--extratime 0|1] [--weight W] [--cap C]
+    hvbench-agent xen prove --sched rtds credit credit2
+    hvbench-agent xen pool --pool POOL --sched S [--cpus 2,3]
+    hvbench-agent xen pool-destroy --pool POOL
+    hvbench-agent facts host versions readiness [--model DIR]
+    hvbench-agent tether -- COMMAND [ARG ...]
+
+Output is JSON on standard output. A refused setting or action exits 2 with the reason on
+standard error; nothing was left changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import facts, tether
+from .sched import PARAM_NAMES, Refused, guest_scheduler, validate
+
+SCHED_VERBS = ("validate", "check", "apply", "read", "reset")
+
+
+def setting_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sched", default=None)
+    for field in PARAM_NAMES:
+        flag = "--" + field.removesuffix("_us")
+        parser.add_argument(flag, dest=field, type=int, metavar=PARAM_NAMES[field])
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hvbench-agent", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sched = sub.add_parser("sched", help="a guest's scheduler setting on a hypervisor host")
+    sched.add_argument("verb", choices=SCHED_VERBS)
+    sched.add_argument("--backend", required=True, choices=("kvm", "xen"))
+    sched.add_argument("--domain")
+    sched.add_argument("--pool", help="xen: the domain's cpupool")
+    setting_arguments(sched)
+    xen = sub.add_parser("xen", help="cpupools on a Xen host")
+    xen.add_argument("verb", choices=("prove", "pool", "pool-destroy"))
+    xen.add_argument("--pool")
+    xen.add_argument("--sched", nargs="+", default=["rtds"])
+    xen.add_argument("--cpus", help="pool: CPU numbers, e.g. 2,3")
+    found = sub.add_parser("facts", help="this machine's facts as JSON")
+    found.add_argument("sections", nargs="+", choices=sorted(facts.SECTIONS))
+    found.add_argument("--model", help="also the checksum of this model directory")
+    sub.add_parser("tether", help="run a command until standard input closes")
+    return p
+
+
+def sched_command(args: argparse.Namespace) -> dict:
+    """validate the setting first (read and reset take none), then the verb on the host."""
+    params = {field: getattr(args, field) for field in PARAM_NAMES}
+    setting = None
+    if args.verb not in ("read", "reset"):
+        if args.sched is None:
+            raise Refused(f"{args.verb} needs --sched")
+        setting = validate(args.backend, args.sched, **params)
+    elif args.sched is not None or any(v is not None for v in params.values()):
+        raise Refused(f"{args.verb} takes no setting: the domain's own is read or reset")
+    if args.verb == "validate":
+        return {"setting": setting.describe()}
+    if not args.domain:
+        raise Refused(f"{args.verb} needs --domain")
+    scheduler = guest_scheduler(args.backend, args.domain, args.pool)
+    if args.verb == "check":
+        scheduler.check(setting)
+        return {"ok": True, "setting": setting.describe()}
+    if args.verb == "apply":
+        return {"setting": setting.describe(), "readback": scheduler.apply(setting)}
+    if args.verb == "reset":
+        scheduler.reset()
+    try:
+        return {"readback": scheduler.read()}
+    except Refused:
+        if args.verb == "reset":  # the domain has stopped: nothing to read back
+            return {"readback": None}
+        raise
+
+
+def xen_command(args: argparse.Namespace) -> dict:
+    from .sched import xen
+
+    if args.verb == "prove":
+        found = xen.prove(args.sched)
+        missing = [s for s, state in found.items() if state != "present"]
+        if missing:
+            print(json.dumps(found, indent=1))
+            raise Refused(
+                f"scheduler(s) {', '.join(missing)} missing from this hypervisor "
+                "(see roles/xen_host: the hypervisor must be built with them)"
+            )
+        return found
+    pool = args.pool or xen.DEFAULT_POOL
+    if args.verb == "pool":
+        changed = xen.ensure_pool(pool, args.sched[0], xen.cpu_list(args.cpus or ""))
+        return {"changed": changed, "pool": xen.pools()[pool]}
+    return {"changed": xen.destroy_pool(pool)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["tether"]:  # everything after it is the command, flags included
+        command = argv[2:] if argv[1:2] == ["--"] else argv[1:]
+        if not command:
+            print("usage: hvbench-agent tether -- COMMAND [ARG ...]", file=sys.stderr)
+            return 2
+        return tether.run(command)
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "sched":
+            out = sched_command(args)
+        elif args.command == "xen":
+            out = xen_command(args)
+        else:
+            out = facts.collect(args.sections, args.model)
+    except Refused as e:
+        print(f"hvbench-agent: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=1))
+    return 0

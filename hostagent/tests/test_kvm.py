@@ -1,0 +1,74 @@
+"""The kvm backend: what can be checked without a KVM host (the settings themselves are in
+test_validate.py).
+
+Applying them needs a KVM host with running guests: playbooks/tests/test_provision_kvm.py does
+that inside a QEMU guest playing the host.
+"""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from hvbench_agent import cli
+from hvbench_agent.sched import Refused, Setting, kvm, linux
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_command_line_refuses_before_looking_for_libvirt(capsys):
+    # validation comes first, so a bad setting is refused on any machine, libvirt or not
+    argv = ["sched", "apply", "--backend", "kvm", "--domain", "x", "--sched", "cfs"]
+    assert cli.main([*argv, "--budget", "200000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hvbench-agent: SCHED=cfs: BUDGET 200000 us > PERIOD 100000 us")
+
+
+def test_deadline_admission_is_per_partition(monkeypatch):
+    values = {linux.RT_RUNTIME_SYSCTL: 950_000, linux.RT_PERIOD_SYSCTL: 10**6}
+    monkeypatch.setattr(linux, "read_int", lambda path, default: values[path])
+    monkeypatch.setattr(linux, "_fair_server_bw", lambda ncpus: 0)
+    # 2 vCPUs × 0.775 = 1.55 CPUs fit in 2 × 0.95; 1 vCPU × 1.0 does not fit in 0.95
+    kvm._admission(Setting("deadline", 77500, 100000), 2, 2)
+    with pytest.raises(Refused) as info:
+        kvm._admission(Setting("deadline", 100000, 100000), 1, 1)
+    assert "admission control would refuse SCHED=deadline" in str(info.value)
+    assert "1 CPU(s) of the VM = 0.950" in str(info.value)
+
+
+def test_the_command_line_validates_without_a_host(capsys):
+    argv = ["sched", "validate", "--backend", "kvm", "--sched", "fifo", "--priority", "10"]
+    assert cli.main(argv) == 0
+    assert '"priority": 10' in capsys.readouterr().out
+
+
+def test_read_and_reset_take_no_setting(capsys):
+    argv = ["sched", "read", "--backend", "kvm", "--domain", "x", "--sched", "cfs"]
+    assert cli.main(argv) == 2
+    assert "read takes no setting" in capsys.readouterr().err
+
+
+def test_make_vcpu_sched_refuses_a_bad_setting_before_any_connection():
+    # HOST names a machine that does not exist: the refusal must come before Ansible runs
+    proc = subprocess.run(
+        [
+            "make",
+            "-s",
+            "vcpu-sched",
+            "HOST=root@hvbench-nonexistent.invalid",
+            "SCHED=deadline",
+            "BUDGET=120000",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert "SCHED=deadline: BUDGET 120000 us > PERIOD 100000 us" in proc.stderr
+    assert "PLAY" not in proc.stdout and "UNREACHABLE" not in proc.stdout + proc.stderr
+    # HOST's one-off inventory: the host in kvm_hosts (the tool's hypervisor), user and address
+    # apart
+    doc = yaml.safe_load((REPO / "build/inventory/hosts.yml").read_text())
+    host = doc["all"]["children"]["kvm_hosts"]["hosts"]["hvbench-nonexistent.invalid"]
+    assert host == {"ansible_host": "hvbench-nonexistent.invalid", "ansible_user": "root"}

@@ -1,0 +1,104 @@
+"""The xen backend without a Xen host: the parsing of what xl prints, pool moves, refusals (the
+settings themselves are in test_validate.py).
+
+Applying them needs a Xen host: playbooks/tests/test_provision_xen.py boots Xen inside a QEMU
+guest playing the host and applies every scheduler there. The xl texts below were printed by
+that host (Xen 4.17, Debian 12's xl).
+"""
+
+import pytest
+from hvbench_agent import cli
+from hvbench_agent.sched import Refused, Setting
+from hvbench_agent.sched import xen as xen_sched
+
+
+def test_the_command_line_refuses_before_calling_xl(capsys, monkeypatch):
+    def no_xl(*args):
+        raise AssertionError(f"xl {args} was called")
+
+    monkeypatch.setattr(xen_sched, "xl", no_xl)
+    apply = ["sched", "apply", "--backend", "xen", "--domain", "rt"]
+    assert cli.main([*apply, "--sched", "rtds", "--budget", "200000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hvbench-agent: SCHED=rtds: BUDGET 200000 us > PERIOD 100000 us")
+    assert cli.main([*apply, "--sched", "credit", "--budget", "1"]) == 2
+
+
+def test_the_command_line_validates_without_a_host(capsys):
+    argv = ["sched", "validate", "--backend", "xen", "--sched", "credit2", "--cap", "153"]
+    assert cli.main(argv) == 0
+    assert '"cap": 153' in capsys.readouterr().out
+
+
+def test_a_cap_beyond_the_domains_vcpus_is_refused(monkeypatch):
+    monkeypatch.setattr(xen_sched, "domain", lambda name: {"id": 3, "vcpus": 1, "pool": "p"})
+    with pytest.raises(Refused) as info:
+        xen_sched.check("rt", Setting("credit", weight=256, cap=153), "p")
+    assert "CAP 153 is more than rt's 1 vCPU(s) can use (at most 100" in str(info.value)
+
+
+def test_a_readback_matches_only_the_exact_setting():
+    setting = Setting("rtds", 77500, 100000, extratime=0)
+    vcpus = [{"vcpu": i, "period_us": 100000, "budget_us": 77500, "extratime": 0} for i in (0, 1)]
+    assert xen_sched.matches(setting, {"sched": "rtds", "vcpus": vcpus})
+    vcpus[1] = {**vcpus[1], "extratime": 1}
+    assert not xen_sched.matches(setting, {"sched": "rtds", "vcpus": vcpus})
+    assert not xen_sched.matches(setting, {"sched": "credit", "weight": 256, "cap": 0})
+    credit = Setting("credit", weight=256, cap=153)
+    assert xen_sched.matches(credit, {"sched": "credit", "weight": 256, "cap": 153})
+    assert not xen_sched.matches(credit, {"sched": "credit", "weight": 256, "cap": 0})
+
+
+# printed by the test host (Xen 4.17.5, Debian 12's xl)
+VCPU_LIST = """\
+Name                                ID  VCPU   CPU State   Time(s) Affinity (Hard / Soft)
+hvbench-realtime                     2     0    2   -b-      57.4  2 / all
+hvbench-realtime                     2     1    3   -b-      50.3  3 / all
+"""
+
+
+def test_a_move_to_another_pool_keeps_the_vcpus_pinned(monkeypatch):
+    # moving a domain between cpupools resets its vCPUs' affinity to all CPUs (Xen's
+    # sched_move_domain): the tool reads the pinning first and restores it after the move
+    calls = []
+
+    def fake_xl(*args):
+        calls.append(args)
+        return VCPU_LIST if args[0] == "vcpu-list" else ""
+
+    monkeypatch.setattr(xen_sched, "xl", fake_xl)
+    assert xen_sched.hard_affinity("hvbench-realtime") == {0: "2", 1: "3"}
+    calls.clear()
+    xen_sched.migrate("hvbench-realtime", "hvbench-rt")
+    assert calls == [
+        ("vcpu-list", "hvbench-realtime"),
+        ("cpupool-migrate", "hvbench-realtime", "hvbench-rt"),
+        ("vcpu-pin", "hvbench-realtime", "0", "2"),
+        ("vcpu-pin", "hvbench-realtime", "1", "3"),
+    ]
+
+
+def test_leaving_an_rtds_pool_with_cpus_is_refused(monkeypatch):
+    monkeypatch.setattr(xen_sched, "domain", lambda name: {"id": 2, "vcpus": 2, "pool": "rt"})
+    monkeypatch.setattr(
+        xen_sched, "pools", lambda: {"rt": {"sched": "rtds", "cpus": [2, 3], "domains": 1}}
+    )
+    with pytest.raises(Refused) as info:
+        xen_sched.check("rt-vm", Setting("credit", weight=256, cap=0), "rt")
+    assert "Xen 4.17 panics when a CPU leaves an RTDS cpupool" in str(info.value)
+    # staying on rtds is fine
+    xen_sched.check("rt-vm", Setting("rtds", 77500, 100000, extratime=0), "rt")
+
+
+def test_read_and_reset_take_no_setting(capsys, monkeypatch):
+    # the domain's pool decides the scheduler: no SCHED, BUDGET or the like is asked for
+    done = []
+    monkeypatch.setattr(xen_sched, "readback", lambda name: {"domain": name, "how": "read"})
+    monkeypatch.setattr(xen_sched, "reset", lambda name: done.append(name))
+    verb = ["sched", "--backend", "xen"]
+    assert cli.main([verb[0], "read", *verb[1:], "--domain", "rt"]) == 0
+    assert '"how": "read"' in capsys.readouterr().out
+    assert cli.main([verb[0], "reset", *verb[1:], "--domain", "rt"]) == 0
+    assert done == ["rt"] and '"how": "read"' in capsys.readouterr().out
+    assert cli.main([verb[0], "read", *verb[1:]]) == 2
+    assert "read needs --domain" in capsys.readouterr().err
