@@ -11,31 +11,21 @@ SEED      ?= 42
 DAYS      ?= 30
 START     ?= 2024-03-01
 
-# make run: the experiment. BUDGET and PERIOD are microseconds, as in `xl sched-rtds`.
-# TARGET=bare|kvm|xen; unset, the inventory decides (hosts in kvm_hosts or xen_hosts: that
-# testbed; none, as in inventory/sample: bare, this machine).
-TARGET    ?=
-SCHED     ?= none
-BUDGET    ?=
-PERIOD    ?=
-RECORDS   ?= 20000
-SEND_MS   ?= 100
-WARMUP    ?= 10
-RAMP      ?= 0
-MALFORMED ?= 0
-# Seconds to wait, after the last record is sent, for results still in flight.
-DRAIN     ?= 20
-RUN_ID    ?=
+# make run's variables (TARGET, SCHED, BUDGET, RECORDS, ...) are the run request's, defined
+# once with their defaults in producers/src/hvbench_load/spec.py; `make help` lists them. Every
+# variable on the command line must be known here or there: `make run RECORD=100` is refused
+# with the closest name instead of running the default 20,000 records.
+GIVEN_VARS := $(foreach v,$(MAKEOVERRIDES),$(firstword $(subst =, ,$(v))))
+ifneq ($(GIVEN_VARS),)
+UNKNOWN_VARS := $(shell $(PYTHON) producers/src/hvbench_load/spec.py check-make \
+	$(firstword $(MAKEFILE_LIST)) $(GIVEN_VARS))
+ifneq ($(UNKNOWN_VARS),)
+$(error $(UNKNOWN_VARS))
+endif
+endif
+
 # Where runs write results/<run-id>/ and make report reads them.
 RESULTS   ?= results
-# Hold /dev/cpu_dma_latency at this many µs while running (C-states): auto = 0 where permitted.
-CPU_LATENCY ?= auto
-# FORCE_TSC=1 accepts a TSC without constant_tsc/nonstop_tsc (the results say it was forced).
-FORCE_TSC ?=
-# FORCE=1 runs although a required readiness check (make check) fails; meta.json says which.
-# REQUIRE=governor,smt,... requires checks beyond the defaults (make check and make run).
-FORCE     ?=
-REQUIRE   ?=
 
 # make campaign: CAMPAIGN=campaigns/<name>.yml runs every point of the file (campaigns/README.md)
 # into $(RESULTS)/<name>/; RESUME=1 goes on with an interrupted one. make report CAMPAIGN=...
@@ -93,39 +83,14 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
 .PHONY: help venv java browser kafka flink-connector data train run report test test-testbed lint bench clean \
-	campaign campaign-check check rerun workload-inputs provision provision-settings teardown run-bare run-testbed sched vcpu-sched xen-sched agent-wheel xen-hypervisor controller-tools testbed-tools one-off-inventory guest-bundle
+	campaign campaign-check check rerun workload-inputs provision provision-settings teardown sched vcpu-sched xen-sched agent-wheel xen-hypervisor controller-tools testbed-tools one-off-inventory guest-bundle
 
-help:
-	@echo "make run     the experiment on this machine (bare): SCHED=none|deadline|cfs-quota"
-	@echo "             [BUDGET=us PERIOD=us] RECORDS=20000 SEND_MS=100 (per producer)"
-	@echo "             or on a provisioned testbed, HOST=host or INVENTORY=dir (the inventory"
-	@echo "             implies TARGET): kvm: SCHED=none|cfs|deadline|fifo [BUDGET PERIOD PRIORITY]"
-	@echo "             xen: SCHED=rtds|credit|credit2 [BUDGET PERIOD EXTRATIME | WEIGHT CAP]"
-	@echo "             WARMUP=10 (s) RAMP=0 (s, within WARMUP) MALFORMED=0 DRAIN=20 (s) RUN_ID=..."
-	@echo "             CPU_LATENCY=auto|off|us (C-states held during the run; auto = 0 us as root)"
-	@echo "             FORCE=1 runs although a required readiness check fails (make check)"
-	@echo "make campaign CAMPAIGN=campaigns/<name>.yml [RESUME=1]  a grid of runs with repetitions"
-	@echo "             (campaigns/README.md); make campaign-check validates every campaign file"
-	@echo "make check   is this machine (or HOST=/INVENTORY=, a testbed) ready to measure on?"
-	@echo "             governor, turbo, C-states, SMT, irqbalance, isolation, TSC, Xen pools;"
-	@echo "             ENFORCE=1 applies the tuning first. make run checks this first"
-	@echo "make rerun RUN=<run-id>  repeat a run from its results directory and compare"
-	@echo "make report  figures and tables of the runs in results/ into $(OUT)/index.html:"
-	@echo "             RUNS='a,rtds-*' REF=sched=credit DEADLINE_MS=50 XLIM_MS=100"
-	@echo "             CAMPAIGN=campaigns/<name>.yml: that campaign's runs, into $(OUT)/<name>/"
-	@echo "make provision HOST=host TARGET=kvm|xen   a bare Debian/Ubuntu host becomes a KVM or Xen"
-	@echo "             testbed (or the hosts in INVENTORY=inventory/sample); make teardown removes"
-	@echo "             the guests. Xen: XEN_BUILD=controller|host builds the RTDS hypervisor"
-	@echo "make sched  HOST=host SCHED=... [BUDGET PERIOD PRIORITY | EXTRATIME | WEIGHT CAP]"
-	@echo "             ACTION=check|apply|read|reset: the real-time VM's scheduler setting on the"
-	@echo "             testbed's host, read back to build/sched.json (vcpu-sched, xen-sched: the same)"
-	@echo "make xen-hypervisor  build the Xen hypervisor with RTDS from Debian's source into build/xen"
-	@echo "make data    generate a month of PeMS-layout traffic data into $(DATA_DIR)"
-	@echo "make train   train the LSTM and the baselines, export for serving, into $(MODEL_DIR)"
-	@echo "make test    lint, unit tests and the real Kafka + Flink integration (minutes)"
-	@echo "make test-testbed  provision QEMU hosts for real: KVM and Xen (about an hour)"
-	@echo "make bench   speed figures (not tests)"
-	@echo "make clean   remove generated data, artifacts and the venv"
+# Generated: the targets' `## ` comments above and below, and make run's variables (spec.py).
+help: ## this list
+	@sed -n 's/^\([a-z-]*\)\( [a-z-]*\)*:.*## \(.*\)/make \1\2\t\3/p' $(firstword $(MAKEFILE_LIST)) \
+		| expand -t 28
+	@echo
+	@$(PYTHON) producers/src/hvbench_load/spec.py help
 
 venv: $(STAMP)
 
@@ -163,51 +128,37 @@ $(FLINK_LIB)/.resolved: flink-job/connector/pom.xml | java
 		-DoutputDirectory=$(CURDIR)/$(FLINK_LIB)
 	@touch $@
 
-data: $(STAMP)
+data: $(STAMP) ## generate PeMS-layout traffic data into DATA_DIR [DAYS START SEED]
 	$(PY) -m hvbench_job.generate --out $(DATA_DIR) --start $(START) --days $(DAYS) --seed $(SEED)
 
-train: $(STAMP)
+train: $(STAMP) ## train the LSTM and export it for serving into MODEL_DIR [EPOCHS SEED]
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
 	$(PY) -m hvbench_job.forecast.train --data $(DATA_DIR) --out $(MODEL_DIR) --seed $(SEED) $(if $(EPOCHS),--epochs $(EPOCHS))
 
 # TARGET=bare runs everything here; TARGET=kvm or xen runs in the guests of a provisioned
-# testbed (HOST= or INVENTORY=), with the harness here. `make run` finds the target (given, or
-# implied by the inventory) and goes on with run-bare or run-testbed.
+# testbed (HOST= or INVENTORY=), with the harness here; unset, the inventory implies it.
 RUN_INVENTORY = $(if $(HOST),build/inventory/hosts.yml,$(INVENTORY)/hosts.yml)
-RUN_ARGS = --target $(TARGET) --sched $(SCHED) \
-	$(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
-	$(if $(PRIORITY),--priority $(PRIORITY)) $(if $(EXTRATIME),--extratime $(EXTRATIME)) \
-	$(if $(WEIGHT),--weight $(WEIGHT)) $(if $(CAP),--cap $(CAP)) \
-	--records $(RECORDS) --period-ms $(SEND_MS) --warmup-s $(WARMUP) --ramp-s $(RAMP) \
-	--malformed $(MALFORMED) --drain-s $(DRAIN) --cpu-latency $(CPU_LATENCY) \
-	$(if $(RUN_ID),--run-id $(RUN_ID)) \
-	--results $(RESULTS) \
-	$(if $(FORCE_TSC),--force-tsc) $(if $(FORCE),--force) $(if $(REQUIRE),--require $(REQUIRE))
+# The harness: every NAME=value of make's command line goes to it as it is, so that the run
+# request has one table (spec.py); the inputs' defaults are make's, since make builds them.
+HARNESS = PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.run \
+	DATA_DIR=$(DATA_DIR) MODEL_DIR=$(MODEL_DIR) RESULTS=$(RESULTS) \
+	$(if $(HOST),,INVENTORY=$(INVENTORY)) $(MAKEOVERRIDES)
 
-run: $(STAMP) one-off-inventory
-	@target=$$(PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.testbed target \
-		$(RUN_INVENTORY) $(TARGET)) && \
-		$(MAKE) --no-print-directory $$(test $$target = bare && echo run-bare || echo run-testbed) \
-			TARGET=$$target
+# The request is checked first (it prints the target: given, or what the inventory implies),
+# so a bad setting is refused before the bare target's inputs are built: training takes minutes.
+run: $(STAMP) one-off-inventory ## the experiment: here (bare), or HOST=/INVENTORY= a testbed; the variables below
+	@target=$$($(HARNESS) --validate-only) && \
+		if test "$$target" = bare; then $(MAKE) --no-print-directory workload-inputs; fi
+	$(HARNESS)
 
 # What a run on this machine reads: Kafka's and the connector's jars, the data, the model.
 workload-inputs: $(STAMP) kafka flink-connector
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
 
-# The settings are checked before the inputs are built: training takes minutes.
-run-bare: $(STAMP)
-	@$(PY) -m hvbench_load.run $(RUN_ARGS) --validate-only
-	@$(MAKE) --no-print-directory workload-inputs
-	$(PY) -m hvbench_load.run $(RUN_ARGS) --data $(DATA_DIR) --model $(MODEL_DIR)
-
-run-testbed: $(STAMP)
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.run $(RUN_ARGS) \
-		--inventory $(RUN_INVENTORY)
-
 # The campaign file is checked whole before anything runs (also by `... target`).
 CAMPAIGN_NAME = $(basename $(notdir $(CAMPAIGN)))
-campaign: $(STAMP) one-off-inventory
+campaign: $(STAMP) one-off-inventory ## CAMPAIGN=campaigns/<name>.yml [RESUME=1]: a grid of runs (campaigns/README.md)
 	@test -n "$(CAMPAIGN)" || { echo "make campaign: CAMPAIGN=campaigns/<name>.yml" >&2; exit 1; }
 	@target=$$($(PY) -m hvbench_load.campaign target $(CAMPAIGN)) && \
 		{ test $$target != bare || $(MAKE) --no-print-directory workload-inputs; } && \
@@ -215,21 +166,21 @@ campaign: $(STAMP) one-off-inventory
 			--results $(RESULTS) $(if $(RESUME),--resume) --data $(DATA_DIR) --model $(MODEL_DIR) \
 			$$(test $$target = bare || echo --inventory $(RUN_INVENTORY))
 
-campaign-check: $(STAMP)
+campaign-check: $(STAMP) ## check every campaign file (nothing runs)
 	$(PY) -m hvbench_load.campaign validate campaigns/*.yml
 
 # This machine, or with HOST= or INVENTORY= (hosts in it) the testbed's host and guests.
-check: $(STAMP) one-off-inventory
+check: $(STAMP) one-off-inventory ## is this machine (or HOST=/INVENTORY=) ready to measure on? [ENFORCE=1 REQUIRE=...]
 	@PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.readiness check $(if $(ENFORCE),--enforce) \
 		$(if $(REQUIRE),--require $(REQUIRE)) \
 		$$(test "$$($(PY) -m hvbench_load.testbed target $(RUN_INVENTORY) $(TARGET))" = bare \
 			|| echo --inventory $(RUN_INVENTORY))
 
-rerun: $(STAMP)
+rerun: $(STAMP) ## RUN=<run-id>: repeat a run from its results and compare the two
 	@test -n "$(RUN)" || { echo "make rerun: RUN=<run-id> (a directory in $(RESULTS)/)" >&2; exit 1; }
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.rerun --run $(RUN) --results $(RESULTS)
 
-lint: $(STAMP)
+lint: $(STAMP) ## ruff, ansible-lint (production profile), playbook syntax, campaign files
 	$(VENV)/bin/ruff check .
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-lint --offline -q --profile production playbooks/ roles/ inventory/
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook --syntax-check playbooks/*.yml
@@ -263,7 +214,7 @@ ifneq ($(HOST),)
 endif
 
 # GUEST_BUNDLE, MODEL_DIR and DATA_DIR may point elsewhere (the tests bundle a small model).
-guest-bundle: $(GUEST_BUNDLE)
+guest-bundle: $(GUEST_BUNDLE) ## what the guest roles install (wheels, jars, model, data), in one file
 $(GUEST_BUNDLE): $(STAMP) $(AGENT_WHEEL) $(KAFKA_LIBS)/.resolved $(FLINK_LIB)/.resolved constraints.txt $(GUEST_SOURCES)
 	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
@@ -277,7 +228,7 @@ $(GUEST_BUNDLE): $(STAMP) $(AGENT_WHEEL) $(KAFKA_LIBS)/.resolved $(FLINK_LIB)/.r
 	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --exclude=.resolved \
 		-C $(BUNDLE_DIR) -cf $@.tmp . && mv $@.tmp $@ && rm -rf $(BUNDLE_DIR)
 
-agent-wheel: $(AGENT_WHEEL)
+agent-wheel: $(AGENT_WHEEL) ## the agent (hostagent/) as a wheel in build/agent/, for the hosts
 $(AGENT_WHEEL): $(STAMP) $(AGENT_SOURCES)
 	rm -rf build/agent build/agent-src && mkdir -p build/agent
 	@# built from a clean copy: an in-tree build would leave setuptools' build/ in hostagent/
@@ -291,14 +242,14 @@ $(AGENT_WHEEL): $(STAMP) $(AGENT_SOURCES)
 # controller must run the host's distribution release. XEN_BUILD=host builds it on the host.
 XEN_BUILD ?= controller
 XEN_DIR   ?= build/xen
-xen-hypervisor: $(XEN_DIR)/xen-rtds.gz
+xen-hypervisor: $(XEN_DIR)/xen-rtds.gz ## build the Xen hypervisor with RTDS from Debian's source into build/xen
 $(XEN_DIR)/xen-rtds.gz: roles/xen_host/files/build-xen-hypervisor
 	roles/xen_host/files/build-xen-hypervisor $(XEN_DIR)
 
 PROVISION_DEPS_kvm =
 PROVISION_DEPS_xen = $(if $(filter controller,$(XEN_BUILD)),$(XEN_DIR)/xen-rtds.gz)
 provision: provision-settings $(STAMP) controller-tools one-off-inventory $(AGENT_WHEEL) $(GUEST_BUNDLE) \
-	$(PROVISION_DEPS_$(TARGET))
+	$(PROVISION_DEPS_$(TARGET)) ## HOST=host TARGET=kvm|xen (or INVENTORY=): make a bare host a testbed
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/provision.yml \
 		-e hvbench_guest_bundle=$(abspath $(GUEST_BUNDLE)) \
 		$(if $(PROVISION_DEPS_$(TARGET)),-e xen_host_prebuilt_dir=$(abspath $(XEN_DIR)))
@@ -308,20 +259,20 @@ provision-settings:
 	@case "$(TARGET)" in kvm|xen) ;; *) echo "make provision: TARGET=kvm or xen; got TARGET=$(TARGET)" >&2; exit 1;; esac
 	@case "$(XEN_BUILD)" in controller|host) ;; *) echo "make provision: XEN_BUILD=controller or host; got $(XEN_BUILD)" >&2; exit 1;; esac
 
-teardown: $(STAMP) one-off-inventory
+teardown: $(STAMP) one-off-inventory ## remove the guests (HOST= TARGET= or INVENTORY=)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/teardown.yml
 
 # make sched: the real-time VM's scheduler setting on a testbed's host, through its agent
 # (playbooks/sched.yml). The setting is checked here first, so that a bad one never reaches a
 # host; read and reset take none. The hypervisor comes from TARGET or the inventory.
 # vcpu-sched (KVM) and xen-sched (Xen) are the same with TARGET given.
-SCHED_ARGS = --sched $(SCHED) $(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
+SCHED_ARGS = --sched $(or $(SCHED),none) $(if $(BUDGET),--budget $(BUDGET)) $(if $(PERIOD),--period $(PERIOD)) \
 	$(if $(PRIORITY),--priority $(PRIORITY)) $(if $(EXTRATIME),--extratime $(EXTRATIME)) \
 	$(if $(WEIGHT),--weight $(WEIGHT)) $(if $(CAP),--cap $(CAP))
 vcpu-sched: TARGET = kvm
 xen-sched: TARGET = xen
-vcpu-sched xen-sched: sched
-sched: $(STAMP) one-off-inventory
+vcpu-sched xen-sched: sched ## make sched on a KVM or a Xen host
+sched: $(STAMP) one-off-inventory ## the real-time VM's scheduler setting on a testbed host: SCHED= ... ACTION=check|apply|read|reset
 	@backend=$$(PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m hvbench_load.testbed target \
 		$(RUN_INVENTORY) $(TARGET)) && \
 	case "$$backend:$(ACTION)" in \
@@ -330,14 +281,14 @@ sched: $(STAMP) one-off-inventory
 	*) $(PY) -m hvbench_agent sched validate --backend $$backend $(SCHED_ARGS) >/dev/null || exit 1;; \
 	esac
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook $(ANSIBLE_INVENTORY_ARG) playbooks/sched.yml \
-		-e sched_action=$(ACTION) -e sched_name=$(SCHED) -e sched_budget=$(BUDGET) \
+		-e sched_action=$(ACTION) -e sched_name=$(or $(SCHED),none) -e sched_budget=$(BUDGET) \
 		-e sched_period=$(PERIOD) -e sched_priority=$(PRIORITY) -e sched_extratime=$(EXTRATIME) \
 		-e sched_weight=$(WEIGHT) -e sched_cap=$(CAP) \
 		-e sched_readback_file=$(CURDIR)/build/sched.json
 
 REPORT_RESULTS = $(if $(CAMPAIGN),$(RESULTS)/$(CAMPAIGN_NAME),$(RESULTS))
 REPORT_OUT     = $(if $(CAMPAIGN),$(OUT)/$(CAMPAIGN_NAME),$(OUT))
-report: $(STAMP)
+report: $(STAMP) ## figures and tables into OUT=report [RUNS=a,rtds-* REF=sched=credit DEADLINE_MS XLIM_MS CAMPAIGN]
 	$(PY) -m hvbench_analysis.report --results $(REPORT_RESULTS) --out $(REPORT_OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))
 
 # The provisioning tests boot a QEMU guest as the bare-metal host (TCG) and build images with
@@ -350,13 +301,13 @@ testbed-tools:
 # Test tiers (docs/testing.md). make test: lint, unit and the real Kafka + Flink integration,
 # within 10 minutes on 2 cores. make test-testbed: QEMU guests play the bare-metal host and
 # are provisioned for real (KVM, and Xen under TCG). .ci/run runs both.
-test: lint kafka flink-connector browser
+test: lint kafka flink-connector browser ## lint, unit tests and the real Kafka + Flink integration (under 10 min)
 	$(PY) -m pytest -q -m "not testbed" --durations=15
 
-test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel
+test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM and Xen (about an hour)
 	$(PY) -m pytest -q -m testbed --durations=15 playbooks/tests
 
-bench: $(STAMP) kafka flink-connector
+bench: $(STAMP) kafka flink-connector ## speed and memory figures (not tests)
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
 	$(PY) bench/bench_inference.py --model $(MODEL_DIR)
 	$(PY) bench/bench_routing.py
@@ -364,5 +315,5 @@ bench: $(STAMP) kafka flink-connector
 	$(PY) bench/bench_report.py
 	$(PY) bench/bench_pipeline.py --model $(MODEL_DIR) --data $(DATA_DIR)
 
-clean:
+clean: ## remove generated data, artifacts, build/ and the venv
 	rm -rf $(VENV) data artifacts bench/out build work report

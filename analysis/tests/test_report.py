@@ -6,7 +6,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from hvbench_analysis import report
+from hvbench_analysis import figures, report
 from hvbench_analysis.synthetic import write_run
 from PIL import Image
 
@@ -148,3 +148,9 @@ def test_the_page_renders_in_a_real_browser_with_its_figures(built, tmp_path):
     colours = len(np.unique(image.reshape(-1, 3)[::7], axis=0))
     assert ink > 0.03, f"page looks blank: {ink:.1%} of pixels drawn"
     assert colours > 50, f"only {colours} colours: figures did not render"
+
+
+def test_the_density_of_equal_latencies_fits_its_grid():
+    x, density = figures.log_density(np.full(20, 3.0))
+    assert x.shape == density.shape == (512,)
+    assert x[density.argmax()] == pytest.approx(3.0, rel=0.01)

@@ -5,7 +5,7 @@ through its own GRUB, so the role's boot configuration is what boots it.
 
 The hypervisor with RTDS is built natively from Debian's source package (make xen-hypervisor;
 cached by the build script's content), not under emulation, and the role installs it. Xen
-needs two things from TCG (../shared/DESIGN.md §3): the CPU model without XSAVES/XSAVEC, and
+needs two things from TCG (docs/testing.md): the CPU model without XSAVES/XSAVEC, and
 smap=0 smep=0 on its command line.
 
 The host VM has 4 CPUs and 6 GiB: dom0 gets CPU 0 and 1.5 GiB, the messaging VM CPU 1 (in
@@ -58,7 +58,7 @@ def xen_vars(prebuilt: Path, key: Path) -> dict:
         "xen_host_prebuilt_dir": str(prebuilt),
         "xen_host_dom0_mem": "1536M",
         "xen_host_dom0_max_vcpus": 1,
-        # TCG's SMAP/SMEP emulation crashes dom0 under Xen (DESIGN §3)
+        # TCG's SMAP/SMEP emulation crashes dom0 under Xen (docs/testing.md)
         "xen_host_cmdline_extra": "smap=0 smep=0",
         "xen_host_reboot_timeout": 900,
         # the pool starts with Credit: a CPU leaving an RTDS pool panics Xen 4.17 (see

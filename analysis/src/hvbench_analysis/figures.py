@@ -129,7 +129,8 @@ def log_density(values_ms: np.ndarray, points: int = 512) -> tuple[np.ndarray, n
     counts = np.bincount(
         np.clip(((logs - low) / step).round().astype(int), 0, points - 1), minlength=points
     )
-    half = int(np.ceil(4 * bandwidth / step))
+    # the kernel spans ±4 bandwidths, never more than the grid (equal values make it 513 wide)
+    half = min(int(np.ceil(4 * bandwidth / step)), (points - 1) // 2)
     kernel = np.exp(-0.5 * (np.arange(-half, half + 1) * step / bandwidth) ** 2)
     density = np.convolve(counts, kernel / (kernel.sum() * step), mode="same") / n
     return 10**grid, density

@@ -1,8 +1,8 @@
 """Load run directories into one tidy table: one row per received record, tag columns per run.
 
-A run directory holds `meta.json` and `samples.csv` (the results contract, DESIGN §2). A run
-whose files are missing or malformed is reported by name with the reason and skipped; it is
-never merged in part.
+A run directory holds `meta.json` and `samples.csv` (the results contract: results.py, which
+reads them, and docs/results.md). A run whose files are missing or malformed is reported by
+name with the reason and skipped; it is never merged in part.
 
     runs = load_runs(["results/run-a", "results/run-b"])
     runs.samples      # tags + detector, seq, time_s, latency_ns, latency_from_intended_ns, warmup
@@ -12,12 +12,13 @@ never merged in part.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from hvbench_analysis import results
 
 # Columns that say which configuration produced a record; every table can group on them.
 TAGS = (
@@ -41,30 +42,8 @@ HYPERVISOR_OF_TARGET = {"bare": "none", "kvm": "kvm", "xen": "xen"}
 PRODUCERS = 6
 DEFAULT_RATE_PER_S = 60.0
 
-SAMPLE_COLUMNS = (
-    "detector",
-    "seq",
-    "intended_ns",
-    "received_ns",
-    "copies",
-    "latency_ns",
-    "latency_from_intended_ns",
-    "warmup",
-)
-DTYPES = {
-    "detector": "category",
-    "seq": "int64",
-    "intended_ns": "int64",
-    "received_ns": "float64",  # empty where a record never came back
-    "copies": "int32",
-    "latency_ns": "float64",
-    "latency_from_intended_ns": "float64",
-    "warmup": "bool",
-}
-
-
-class RunError(ValueError):
-    """A run directory that cannot be used, with the reason."""
+# A run directory that cannot be used, with the reason.
+RunError = results.ResultsError
 
 
 @dataclass
@@ -79,20 +58,16 @@ class Runs:
         return self.samples[~self.samples["warmup"]]
 
 
-def run_dirs(results: Path | str, names: list[str] | None = None) -> list[Path]:
-    """The run directories under `results` (those holding a meta.json or samples.csv), or the
-    ones named; a name may be a glob."""
-    results = Path(results)
+def run_dirs(folder: Path | str, names: list[str] | None = None) -> list[Path]:
+    """The run directories in `folder` (those holding a meta.json or samples.csv), or the ones
+    named; a name may be a glob."""
+    folder = Path(folder)
     if not names:
-        return sorted(
-            p
-            for p in results.iterdir()
-            if p.is_dir() and ((p / "meta.json").exists() or (p / "samples.csv").exists())
-        )
+        return sorted(p for p in folder.iterdir() if results.is_run(p))
     picked: list[Path] = []
     for name in names:
-        matches = sorted(p for p in results.glob(name) if p.is_dir())
-        picked.extend(matches or [results / name])  # a missing one is reported when loaded
+        matches = sorted(p for p in folder.glob(name) if p.is_dir())
+        picked.extend(matches or [folder / name])  # a missing one is reported when loaded
     return list(dict.fromkeys(picked))
 
 
@@ -133,32 +108,10 @@ def rate_per_s(producer_period_ms) -> float | None:
 
 def read_run(directory: Path, include_warmup: bool) -> tuple[dict, pd.DataFrame]:
     """(run facts, samples) of one run; RunError says what is wrong with it."""
-    if not directory.is_dir():
-        raise RunError("no such run directory")
-    try:
-        meta = json.loads((directory / "meta.json").read_text())
-    except FileNotFoundError:
-        raise RunError("no meta.json") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RunError(f"meta.json is not valid JSON: {e}") from None
-    if not isinstance(meta, dict):
-        raise RunError("meta.json is not an object")
+    meta = results.read_meta(directory)
     tags = tags_of(meta)
     tags["run_id"] = tags["run_id"] or directory.name
-    path = directory / "samples.csv"
-    if not path.exists():
-        raise RunError("no samples.csv")
-    try:
-        header = pd.read_csv(path, nrows=0).columns
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise RunError(f"samples.csv cannot be read: {e}") from None
-    absent = [c for c in SAMPLE_COLUMNS if c not in header]
-    if absent:
-        raise RunError(f"samples.csv lacks column(s) {', '.join(absent)}")
-    try:
-        table = pd.read_csv(path, usecols=list(SAMPLE_COLUMNS), dtype=DTYPES, engine="c")
-    except (ValueError, pd.errors.ParserError) as e:
-        raise RunError(f"samples.csv has malformed values: {e}") from None
+    table = results.read_samples(directory)
     start = table["intended_ns"].min() if len(table) else 0
     received = table[table["copies"] > 0]
     if received["latency_ns"].isna().any():

@@ -1,13 +1,14 @@
-"""Synthetic run directories in the results layout, with known latencies: for the analysis
-tests and benchmarks (no broker needed)."""
+"""Synthetic run directories with known latencies, written through the results contract
+(results.py): for the analysis tests and benchmarks (no broker needed)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from hvbench_analysis import results
 
 DETECTORS = ("athens", "el_segundo", "wilmington", "long_beach", "carson", "torrance")
 
@@ -65,8 +66,6 @@ def write_run(
             "dead_lettered": False,
         }
     )
-    directory.mkdir(parents=True, exist_ok=True)
-    samples.to_csv(directory / "samples.csv", index=False, float_format="%.0f")
     meta = {
         "run_id": directory.name,
         "requested": {
@@ -94,5 +93,4 @@ def write_run(
         },
         "warmup_excluded_s": warmup * send_period_ns / 1e9,
     }
-    (directory / "meta.json").write_text(json.dumps(meta))
-    return directory
+    return results.write_run(directory, meta, samples, float_format="%.0f")

@@ -39,37 +39,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
+from hvbench_analysis import results as results_contract
 
 from hvbench_load import run as harness
+from hvbench_load import spec
 from hvbench_load.testbed import TARGETS, TestbedError, inventory_target
 
-PRODUCERS = 6
+PRODUCERS = spec.PRODUCERS
 ORDERS = ("sequential", "shuffled")
 SEARCH_METHODS = ("linear", "binary")
 TOP_KEYS = {"description", "target", "repetitions", "order", "seed", "settings", "grid"}
 TOP_KEYS |= {"points", "search"}
 SEARCH_KEYS = {"slo_p99_ms", "rates_per_s", "method", "duration_s"}
-# Campaign settings → `python -m hvbench_load.run` options. The names are make run's variables
-# in lower case; rate is records per second over the six producers (instead of send_ms).
-OPTIONS = {
-    "sched": "--sched",
-    "budget": "--budget",
-    "period": "--period",
-    "priority": "--priority",
-    "extratime": "--extratime",
-    "weight": "--weight",
-    "cap": "--cap",
-    "records": "--records",
-    "send_ms": "--period-ms",
-    "warmup": "--warmup-s",
-    "ramp": "--ramp-s",
-    "malformed": "--malformed",
-    "cpu_latency": "--cpu-latency",
-    "drain": "--drain-s",
-    "require": "--require",
-}
-FLAGS = {"force_tsc": "--force-tsc", "force": "--force"}
-SETTING_KEYS = set(OPTIONS) | set(FLAGS) | {"rate"}
+# Campaign settings: the run request's fields (spec.FIELDS) but the target, which the file
+# names once, and rate (records/s over the six producers) instead of send_ms.
+SETTING_KEYS = set(spec.CAMPAIGN_KEYS)
 # Short names for point ids: p03-rtds-b77500-e0
 SHORT = {"budget": "b", "period": "p", "extratime": "e", "weight": "w", "cap": "c"}
 SHORT |= {"priority": "prio", "records": "n", "send_ms": "ms", "rate": "r", "warmup": "wu"}
@@ -157,9 +141,9 @@ def load(path: str | Path) -> Campaign:
     # as the index stores it (JSON), so that a resumed campaign compares like with like
     definition = json.loads(json.dumps(definition, default=str))
     errors: list[str] = []
-    unknown = sorted(set(definition) - TOP_KEYS)
+    unknown = spec.unknown(sorted(definition), TOP_KEYS, "key(s)")
     if unknown:
-        errors.append(f"unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(TOP_KEYS))}")
+        errors.append(f"{unknown}; valid: {', '.join(sorted(TOP_KEYS))}")
     target = definition.get("target")
     if target not in TARGETS:
         errors.append(f"target must be one of {', '.join(TARGETS)}, not {target!r}")
@@ -201,12 +185,9 @@ def _settings(where: str, value, errors: list[str]) -> dict:
     if not isinstance(value, dict):
         errors.append(f"{where} must be a mapping of settings")
         return {}
-    unknown = sorted(set(value) - SETTING_KEYS)
+    unknown = spec.unknown(sorted(value), SETTING_KEYS, "setting(s)")
     if unknown:
-        errors.append(
-            f"{where}: unknown setting(s) {', '.join(unknown)}; valid: "
-            + ", ".join(sorted(SETTING_KEYS))
-        )
+        errors.append(f"{where}: {unknown}; valid: " + ", ".join(sorted(SETTING_KEYS)))
     return {k: v for k, v in value.items() if k in SETTING_KEYS}
 
 
@@ -218,7 +199,10 @@ def _points(definition: dict, searching: bool, errors: list[str]) -> list[Point]
         grid = {}
     for key, values in grid.items():
         if key not in SETTING_KEYS:
-            errors.append(f"grid: unknown setting {key}; valid: {', '.join(sorted(SETTING_KEYS))}")
+            errors.append(
+                f"grid: {spec.unknown([key], SETTING_KEYS, 'setting')}; valid: "
+                + ", ".join(sorted(SETTING_KEYS))
+            )
         elif not isinstance(values, list) or not values:
             errors.append(f"grid: {key} must be a non-empty list of values")
     grid = {k: v for k, v in grid.items() if k in SETTING_KEYS and isinstance(v, list) and v}
@@ -231,7 +215,8 @@ def _points(definition: dict, searching: bool, errors: list[str]) -> list[Point]
     merged = [{**shared, **p, **g} for p in explicit for g in combos]
     # The point id names what differs between points.
     varying = [k for k in SETTING_KEYS if len({json.dumps(m.get(k)) for m in merged}) > 1]
-    varying.sort(key=lambda k: list(OPTIONS).index(k) if k in OPTIONS else len(OPTIONS))
+    order = [f.name for f in spec.FIELDS]
+    varying.sort(key=lambda k: order.index(k) if k in order else len(order))
     points, seen = [], set()
     for i, settings in enumerate(merged, start=1):
         if "rate" in settings:
@@ -278,9 +263,9 @@ def _search(value, errors: list[str]) -> Search | None:
     if not isinstance(value, dict):
         errors.append("search must be a mapping: slo_p99_ms, rates_per_s, method, duration_s")
         return None
-    unknown = sorted(set(value) - SEARCH_KEYS)
+    unknown = spec.unknown(sorted(value), SEARCH_KEYS, "key(s)")
     if unknown:
-        errors.append(f"search: unknown key(s) {', '.join(unknown)}")
+        errors.append(f"search: {unknown}")
     slo = value.get("slo_p99_ms")
     rates = value.get("rates_per_s")
     method = value.get("method", "binary")
@@ -308,13 +293,7 @@ def _positive(value) -> bool:
 
 def run_argv(point: Point) -> list[str]:
     """The point's settings as `python -m hvbench_load.run` options."""
-    argv: list[str] = []
-    for key, value in point.settings.items():
-        if key in FLAGS:
-            argv += [FLAGS[key]] if value else []
-        elif value is not None:
-            argv += [OPTIONS[key], str(value)]
-    return argv
+    return spec.to_argv(point.settings)
 
 
 def check_points(campaign: Campaign) -> list[str]:
@@ -671,8 +650,8 @@ def highest_passing(search: Search, passes) -> float | None:
 def adopt(entry: dict, results: Path) -> bool:
     """Take a run's figures from its results if it finished (meta.json written); True if so."""
     try:
-        meta = json.loads((results / "meta.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        meta = results_contract.read_meta(results)
+    except results_contract.ResultsError:
         return False
     counts = meta.get("counts") or {}
     entry.update(

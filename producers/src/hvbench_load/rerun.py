@@ -17,27 +17,11 @@ import json
 import sys
 from pathlib import Path
 
-from hvbench_load import run as harness
+from hvbench_analysis import results as results_contract
 
-# requested key → harness option (flags: boolean keys)
-OPTIONS = {
-    "sched": "--sched",
-    "budget_us": "--budget",
-    "period_us": "--period",
-    "priority": "--priority",
-    "extratime": "--extratime",
-    "weight": "--weight",
-    "cap": "--cap",
-    "records": "--records",
-    "producer_period_ms": "--period-ms",
-    "warmup_s": "--warmup-s",
-    "ramp_s": "--ramp-s",
-    "malformed": "--malformed",
-    "cpu_latency": "--cpu-latency",
-    "drain_s": "--drain-s",
-    "require": "--require",
-}
-FLAGS = {"force_tsc": "--force-tsc", "force": "--force"}
+from hvbench_load import run as harness
+from hvbench_load import spec
+
 INPUTS = {
     "inventory": "--inventory",
     "data": "--data",
@@ -91,13 +75,7 @@ def harness_argv(meta: dict) -> list[str]:
     requested = meta.get("requested")
     if not isinstance(requested, dict) or "target" not in requested:
         raise RerunError("meta.json has no requested settings to repeat")
-    argv = ["--target", requested["target"]]
-    for key, option in OPTIONS.items():
-        if requested.get(key) is not None:
-            argv += [option, str(requested[key])]
-    for key, flag in FLAGS.items():
-        if requested.get(key):
-            argv.append(flag)
+    argv = spec.to_argv(spec.from_requested(requested))
     inputs = meta.get("inputs") or {}
     if requested["target"] != "bare" and not inputs.get("inventory"):
         raise RerunError("meta.json does not say the testbed's inventory (a run before 2026-11)")
@@ -172,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         original_dir = find_run(Path(args.results), args.run)
-        original = json.loads((original_dir / "meta.json").read_text())
+        original = results_contract.read_meta(original_dir)
         run_id = next_run_id(Path(args.results), original_dir.name)
         options = [
             *harness_argv(original),
@@ -185,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             "--rerun-of",
             str(original_dir.resolve()),
         ]
-    except (RerunError, OSError, json.JSONDecodeError) as e:
+    except (RerunError, results_contract.ResultsError) as e:
         print(f"make rerun: {e}", file=sys.stderr)
         return 1
     print(
@@ -196,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     rerun_dir = Path(args.results) / run_id
     if not (rerun_dir / "meta.json").exists():
         return code or 1
-    comparison = compare(original, json.loads((rerun_dir / "meta.json").read_text()))
+    comparison = compare(original, results_contract.read_meta(rerun_dir))
     (rerun_dir / "rerun.json").write_text(json.dumps(comparison, indent=1) + "\n")
     print(
         f"make rerun: settings requested {'equal' if comparison['settings_equal'] else 'DIFFER'}, "

@@ -40,9 +40,10 @@ from hvbench_agent import facts as agent_facts
 from hvbench_agent import tuning
 from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, Setting, validate
 from hvbench_agent.sched.linux import LinuxScheduler
+from hvbench_analysis import results as results_contract
 
 import tsc_timer
-from hvbench_load import accounting, meta, probe, readiness
+from hvbench_load import accounting, meta, probe, readiness, spec
 from hvbench_load.broker import KafkaBroker
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
@@ -57,6 +58,10 @@ from hvbench_load.testbed import (
 )
 
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
+# HOST=user@host: the one-host inventory make writes (make's one-off-inventory target).
+ONE_OFF_INVENTORY = "build/inventory/hosts.yml"
+# The parts' own logs, kept in results/<run-id>/logs/ (with Flink's).
+RUN_LOGS = ("job.out", "producers.out", "consumer.err", "broker.err", "kafka/broker.log")
 # Threads of the job's JVM that handle records (comm names, cut to 15 characters by the
 # kernel): the chained task of source + Python operator + sinks, the Kafka source's fetcher,
 # and the network threads of the two Kafka sinks (results, dead letters): four threads.
@@ -115,57 +120,36 @@ class Processes:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run request (spec.FIELDS, as options or as Make's NAME=value words) and the
+    harness's own options. SpecError for an unknown NAME."""
     p = argparse.ArgumentParser(
         prog="python -m hvbench_load.run", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--target", help="bare, kvm or xen; default: what --inventory implies")
-    p.add_argument("--sched", default="none")
-    p.add_argument("--budget", type=int, help="microseconds")
-    p.add_argument("--period", type=int, help="microseconds (default 100000 where it applies)")
-    p.add_argument("--priority", type=int, help="SCHED=fifo on kvm: 1..99")
-    p.add_argument("--extratime", type=int, help="SCHED=rtds on xen: 0 (default) or 1")
-    p.add_argument("--weight", type=int, help="SCHED=credit|credit2 on xen: 1..65535")
-    p.add_argument("--cap", type=int, help="SCHED=credit|credit2 on xen: percent of one CPU")
-    p.add_argument("--inventory", help="kvm, xen: the Ansible inventory of the testbed")
-    p.add_argument("--records", type=int, default=20_000, help="in total over the six producers")
-    p.add_argument("--period-ms", type=float, default=100.0, help="send period of each producer")
-    p.add_argument("--warmup-s", type=float, default=10.0, help="excluded from the statistics")
-    p.add_argument("--ramp-s", type=float, default=0.0, help="rise to the full rate over this")
-    p.add_argument("--malformed", type=int, default=0, help="malformed records to inject")
-    p.add_argument(
-        "--cpu-latency",
-        default="auto",
-        help="hold /dev/cpu_dma_latency at this many µs during the run; auto = 0 where "
-        "permitted; off = leave C-states alone (bare only: a testbed's host is tuned by "
-        "make provision)",
-    )
-    p.add_argument("--drain-s", type=float, default=20.0, help="wait for late results this long")
-    p.add_argument("--data", default="data/pems")
-    p.add_argument("--model", default="artifacts/forecaster")
+    spec.add_arguments(p)
     p.add_argument("--kafka-libs", default="build/kafka/libs")
     p.add_argument("--connector-dir", default="build/flink/lib")
-    p.add_argument("--results", default="results")
     p.add_argument("--work", default="work", help="broker data and logs while running")
-    p.add_argument("--run-id")
     p.add_argument("--rep", type=int, help="repetition number, recorded with the run")
     p.add_argument("--campaign", help="the campaign this run belongs to, recorded with it")
     p.add_argument("--rerun-of", help="the results directory of the run this repeats (make rerun)")
-    p.add_argument("--force-tsc", action="store_true", help="run on a TSC without constant/nonstop")
-    p.add_argument(
-        "--require",
-        help="readiness checks to require beyond the defaults, comma-separated (make check)",
-    )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="run although a required readiness check fails (recorded in meta.json)",
-    )
     p.add_argument(
         "--validate-only",
         action="store_true",
-        help="check the requested settings and stop (make run does, before it builds the inputs)",
+        help="check the request, print its target and stop (make run does, before the inputs)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(spec.assignments_to_flags(sys.argv[1:] if argv is None else argv))
+    args.inventory = inventory_file(args.inventory, args.host)
+    return args
+
+
+def inventory_file(inventory: str | None, host: str | None) -> str | None:
+    """The inventory's hosts file: INVENTORY (a directory or a file), or HOST's one-off
+    inventory, which make's one-off-inventory writes."""
+    if host:
+        return ONE_OFF_INVENTORY
+    if inventory and Path(inventory).is_dir():
+        return str(Path(inventory) / "hosts.yml")
+    return inventory
 
 
 def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> Setting:
@@ -175,9 +159,9 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
         args.target = inventory_target(args.inventory) if args.inventory else "bare"
     if args.target not in TARGETS:
         raise RunError(f"unknown TARGET {args.target!r}; valid: {', '.join(TARGETS)}")
-    if args.records <= 0 or args.period_ms <= 0 or args.warmup_s < 0 or args.malformed < 0:
+    if args.records <= 0 or args.send_ms <= 0 or args.warmup < 0 or args.malformed < 0:
         raise RunError("RECORDS and the send period must be positive, WARMUP and MALFORMED ≥ 0")
-    if not 0 <= args.ramp_s <= args.warmup_s:
+    if not 0 <= args.ramp <= args.warmup:
         raise RunError("RAMP must lie within the warm-up: 0 ≤ RAMP ≤ WARMUP")
     if args.rep is not None and args.rep < 1:
         raise RunError("REP (the repetition number) must be ≥ 1")
@@ -479,23 +463,13 @@ def run(args: argparse.Namespace) -> int:
     meta_doc: dict = {
         "run_id": run_id,
         "requested": {
-            "target": args.target,
-            # the setting's own fields: budget_us, period_us, and priority (kvm) or extratime,
-            # weight, cap (xen)
+            **{f.requested: getattr(args, f.name) for f in spec.FIELDS},
+            # the setting as validated, with its defaults (PERIOD 100000, EXTRATIME 0, ...):
+            # its fields are named as meta.json names them
             **asdict(setting),
-            "records": args.records,
-            "producer_period_ms": args.period_ms,
-            "producers": 6,
-            "warmup_s": args.warmup_s,
-            "ramp_s": args.ramp_s,
-            "malformed": args.malformed,
-            "cpu_latency": args.cpu_latency,
+            "producers": spec.PRODUCERS,
             "rep": args.rep,
             "campaign": args.campaign,
-            "drain_s": args.drain_s,
-            "force_tsc": args.force_tsc,
-            "force": args.force,
-            "require": args.require,
         },
         "started_at": started_at.isoformat(),
         # how the harness was started and what it read: make rerun repeats a run from these
@@ -528,7 +502,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         log(
-            f"run {run_id}: {args.records} records from 6 producers every {args.period_ms:g} ms, "
+            f"run {run_id}: {args.records} records from 6 producers every {args.send_ms:g} ms, "
             f"SCHED={setting.sched}"
         )
         if testbed:
@@ -622,9 +596,9 @@ def run(args: argparse.Namespace) -> int:
                 "--records",
                 str(args.records),
                 "--period-ms",
-                str(args.period_ms),
+                str(args.send_ms),
                 "--ramp-s",
-                str(args.ramp_s),
+                str(args.ramp),
                 "--malformed",
                 str(args.malformed),
                 "--out",
@@ -634,9 +608,9 @@ def run(args: argparse.Namespace) -> int:
             stderr=subprocess.STDOUT,
         )
         last = send_offset_ns(
-            -(-args.records // 6) - 1, round(args.period_ms * 1e6), round(args.ramp_s * 1e9)
+            -(-args.records // 6) - 1, round(args.send_ms * 1e6), round(args.ramp * 1e9)
         )
-        expected_s = last / 1e9 + args.period_ms / 1000
+        expected_s = last / 1e9 + args.send_ms / 1000
         log(f"producers started: about {expected_s:.0f} s of sending")
         started = time.monotonic()
         cpu_at_start = {m.name: cpu_times(m) for m in {messaging, realtime}}
@@ -646,7 +620,7 @@ def run(args: argparse.Namespace) -> int:
             if line:
                 relay_line(line, expect, started)
             if procs.producers.poll() is not None and drain_deadline is None:
-                drain_deadline = time.monotonic() + args.drain_s
+                drain_deadline = time.monotonic() + args.drain
                 steal = {
                     name: tuning.steal_between(before, cpu_times(m))
                     for m in {messaging, realtime}
@@ -684,19 +658,11 @@ def run(args: argparse.Namespace) -> int:
         work / "sent.csv",
         work / "received.csv",
         work / "dead_letters.jsonl",
-        warmup_ns=round(args.warmup_s * 1e9),
+        warmup_ns=round(args.warmup * 1e9),
         malformed_sent=args.malformed,
     )
-    results.mkdir(parents=True)
-    samples.to_csv(results / "samples.csv", index=False)
-    shutil.copy(work / "dead_letters.jsonl", results / "dead_letters.jsonl")
-    logs = results / "logs"
-    logs.mkdir()
-    for name in ("job.out", "producers.out", "consumer.err", "broker.err", "kafka/broker.log"):
-        if (work / name).exists():
-            shutil.copy(work / name, logs / Path(name).name)
-    for f in (work / "flink-log").glob("*.log"):
-        shutil.copy(f, logs / f.name)
+    logs = [work / name for name in RUN_LOGS if (work / name).exists()]
+    logs += sorted((work / "flink-log").glob("*.log"))
     if testbed:
         facts = testbed_facts(testbed, paths)
         host_doc, versions = facts, facts["realtime"]["versions"]
@@ -720,7 +686,7 @@ def run(args: argparse.Namespace) -> int:
             "counts": counts.as_dict(),
             "latency": latency,
             "latency_from_intended": accounting.latency_stats(samples, "latency_from_intended_ns"),
-            "warmup_excluded_s": args.warmup_s,
+            "warmup_excluded_s": args.warmup,
             "kafka": broker_description,
             "clients": {"producer": PRODUCER_CONFIG, "consumer": CONSUMER_CONFIG},
             "job": json.loads((work / "job-settings.json").read_text()),
@@ -728,14 +694,11 @@ def run(args: argparse.Namespace) -> int:
             "host": host_doc,
             "versions": versions,
             "git": meta.collect_git(),
-            "files": {
-                "samples": "samples.csv",
-                "dead_letters": "dead_letters.jsonl",
-                "logs": "logs/",
-            },
         }
     )
-    (results / "meta.json").write_text(json.dumps(meta_doc, indent=2, default=str) + "\n")
+    results_contract.write_run(
+        results, meta_doc, samples, dead_letters=work / "dead_letters.jsonl", logs=logs
+    )
     shutil.rmtree(work, ignore_errors=True)
     print_summary(results, counts, latency, meta_doc.get("steal_while_sending"))
     return 0 if counts.accounted else 2
@@ -803,10 +766,11 @@ def print_summary(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
     try:
+        args = parse_args(argv)
         if args.validate_only:
             validate_request(args)
+            print(args.target)
             return 0
         return run(args)
     except (

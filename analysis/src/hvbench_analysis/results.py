@@ -1,0 +1,137 @@
+"""The results contract: what `results/<run-id>/` holds, with one writer and one reader.
+
+docs/results.md describes every file and field. Everything that writes a run (the harness, the
+synthetic test data) goes through `write_run`; everything that reads one (the report, campaigns,
+`make rerun`) through `read_meta` / `read_samples`. `meta.json` carries `schema`, the version
+of this contract; a run written before the version was recorded is version 1 and is upgraded
+when read, so old results still load.
+
+    write_run(folder, meta, samples, dead_letters=..., logs=[...])
+    meta = read_meta(folder)              # upgraded to SCHEMA_VERSION
+    samples = read_samples(folder)        # the columns the analysis needs, typed
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+# 1: runs before the version was recorded. 2: `schema` recorded; `requested` names every
+# scheduler parameter (budget_us, period_us, priority, extratime, weight, cap), None where unset.
+SCHEMA_VERSION = 2
+META = "meta.json"
+SAMPLES = "samples.csv"
+DEAD_LETTERS = "dead_letters.jsonl"
+LOGS = "logs"
+SETTING_KEYS = ("budget_us", "period_us", "priority", "extratime", "weight", "cap")
+
+# What the analysis reads of samples.csv (one row per record sent; the harness writes more).
+SAMPLE_COLUMNS = (
+    "detector",
+    "seq",
+    "intended_ns",
+    "received_ns",
+    "copies",
+    "latency_ns",
+    "latency_from_intended_ns",
+    "warmup",
+)
+DTYPES = {
+    "detector": "category",
+    "seq": "int64",
+    "intended_ns": "int64",
+    "received_ns": "float64",  # empty where a record never came back
+    "copies": "int32",
+    "latency_ns": "float64",
+    "latency_from_intended_ns": "float64",
+    "warmup": "bool",
+}
+
+
+class ResultsError(ValueError):
+    """A run directory that cannot be used, with the reason."""
+
+
+def write_run(
+    directory: Path,
+    meta: dict,
+    samples: pd.DataFrame,
+    *,
+    dead_letters: Path | None = None,
+    logs: list[Path] = (),
+    float_format: str | None = None,
+) -> Path:
+    """Write one run: samples, dead letters, logs, and meta.json last, so that a meta.json
+    says the run is complete (campaigns rely on that)."""
+    absent = [c for c in SAMPLE_COLUMNS if c not in samples.columns]
+    if absent:
+        raise ResultsError(f"samples lack column(s) {', '.join(absent)}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    samples.to_csv(directory / SAMPLES, index=False, float_format=float_format)
+    files = {"samples": SAMPLES}
+    if dead_letters is not None:
+        shutil.copy(dead_letters, directory / DEAD_LETTERS)
+        files["dead_letters"] = DEAD_LETTERS
+    if logs:
+        (directory / LOGS).mkdir(exist_ok=True)
+        for log in logs:
+            shutil.copy(log, directory / LOGS / Path(log).name)
+        files["logs"] = f"{LOGS}/"
+    doc = {"schema": SCHEMA_VERSION, **meta, "files": files}
+    (directory / META).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    return directory
+
+
+def upgrade(meta: dict) -> dict:
+    """meta.json of any version as the current version has it."""
+    version = meta.get("schema", 1)
+    if not isinstance(version, int) or not 1 <= version <= SCHEMA_VERSION:
+        raise ResultsError(f"meta.json has schema {version!r}; this code reads 1..{SCHEMA_VERSION}")
+    meta = dict(meta)
+    if version < 2 and isinstance(meta.get("requested"), dict):
+        meta["requested"] = {**dict.fromkeys(SETTING_KEYS), **meta["requested"]}
+    meta["schema"] = SCHEMA_VERSION
+    return meta
+
+
+def read_meta(directory: Path) -> dict:
+    """A run's meta.json, upgraded to SCHEMA_VERSION; ResultsError says what is wrong."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ResultsError("no such run directory")
+    try:
+        meta = json.loads((directory / META).read_text())
+    except FileNotFoundError:
+        raise ResultsError("no meta.json") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ResultsError(f"meta.json is not valid JSON: {e}") from None
+    if not isinstance(meta, dict):
+        raise ResultsError("meta.json is not an object")
+    return upgrade(meta)
+
+
+def read_samples(directory: Path) -> pd.DataFrame:
+    """samples.csv's SAMPLE_COLUMNS, typed; ResultsError says what is wrong."""
+    path = Path(directory) / SAMPLES
+    if not path.exists():
+        raise ResultsError("no samples.csv")
+    try:
+        header = pd.read_csv(path, nrows=0).columns
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise ResultsError(f"samples.csv cannot be read: {e}") from None
+    absent = [c for c in SAMPLE_COLUMNS if c not in header]
+    if absent:
+        raise ResultsError(f"samples.csv lacks column(s) {', '.join(absent)}")
+    try:
+        return pd.read_csv(path, usecols=list(SAMPLE_COLUMNS), dtype=DTYPES, engine="c")
+    except (ValueError, pd.errors.ParserError) as e:
+        raise ResultsError(f"samples.csv has malformed values: {e}") from None
+
+
+def is_run(directory: Path) -> bool:
+    """Whether a directory holds a run (or what is left of one)."""
+    return directory.is_dir() and ((directory / META).exists() or (directory / SAMPLES).exists())

@@ -1,0 +1,73 @@
+"""The results contract: one writer, one reader, and runs written before the schema version still
+load (data/v1-bare-cfs-quota is a real run written by the harness before this contract had a
+version: 36 records, cfs-quota 80000/100000 us, one malformed record)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hvbench_analysis import report, results
+from hvbench_analysis.load import load_runs, run_dirs
+from hvbench_analysis.synthetic import write_run
+
+V1_RUN = Path(__file__).parent / "data" / "v1-bare-cfs-quota"
+
+
+def test_a_written_run_reads_back_with_its_version_and_files(tmp_path):
+    folder = write_run(tmp_path / "r", np.full(10, 2_000_000), sched="deadline", budget=5000)
+    meta = results.read_meta(folder)
+    assert meta["schema"] == results.SCHEMA_VERSION
+    assert meta["files"] == {"samples": "samples.csv"}
+    assert json.loads((folder / "meta.json").read_text())["schema"] == results.SCHEMA_VERSION
+    samples = results.read_samples(folder)
+    assert list(samples.columns) == list(results.SAMPLE_COLUMNS)
+    assert samples["latency_ns"].tolist() == [2_000_000.0] * 10
+
+
+def test_a_run_from_before_the_version_is_upgraded_when_read():
+    raw = json.loads((V1_RUN / "meta.json").read_text())
+    assert "schema" not in raw and "extratime" not in raw["requested"]
+    meta = results.read_meta(V1_RUN)
+    assert meta["schema"] == results.SCHEMA_VERSION
+    assert meta["requested"]["budget_us"] == 80000
+    assert {k: meta["requested"][k] for k in ("priority", "extratime", "weight", "cap")} == {
+        "priority": None,
+        "extratime": None,
+        "weight": None,
+        "cap": None,
+    }
+
+
+def test_a_run_from_before_the_version_loads_into_the_report(tmp_path):
+    folder = tmp_path / "results"
+    shutil.copytree(V1_RUN, folder / V1_RUN.name)
+    write_run(folder / "new-run", np.full(20, 3_000_000), sched="cfs-quota", budget=80000)
+    runs = load_runs(run_dirs(folder))
+    assert runs.skipped == []
+    old = runs.runs.set_index("run_id").loc[V1_RUN.name]
+    assert (old["sched"], old["budget"], old["sent"], old["accounted"]) == (
+        "cfs-quota",
+        80000,
+        36,
+        True,
+    )
+    assert report.main(["--results", str(folder), "--out", str(tmp_path / "report")]) == 0
+    assert V1_RUN.name in (tmp_path / "report" / "index.html").read_text()
+
+
+def test_a_newer_schema_is_refused_by_name(tmp_path):
+    folder = write_run(tmp_path / "r", np.full(3, 1_000_000))
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["schema"] = results.SCHEMA_VERSION + 1
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(results.ResultsError, match=r"this code reads 1\.\.2"):
+        results.read_meta(folder)
+
+
+def test_samples_without_the_contracts_columns_are_not_written(tmp_path):
+    samples = results.read_samples(V1_RUN).drop(columns=["warmup"])
+    with pytest.raises(results.ResultsError, match="lack column"):
+        results.write_run(tmp_path / "r", {"run_id": "r"}, samples)
+    assert not (tmp_path / "r" / "meta.json").exists()
