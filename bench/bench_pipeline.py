@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from confluent_kafka import Consumer, Producer
 from hvbench_agent import tuning
-from hvbench_load import run
+from hvbench_harness import run
 from hvbench_load.broker import KafkaBroker
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.producers import PRODUCER_CONFIG

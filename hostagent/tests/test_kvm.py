@@ -1,7 +1,7 @@
 """The kvm backend: what can be checked without a KVM host (the settings themselves are in
 test_validate.py).
 
-Applying them needs a KVM host with running guests: playbooks/tests/test_provision_kvm.py does
+Applying them needs a KVM host with running guests: tests/testbed/test_provision_kvm.py does
 that inside a QEMU guest playing the host.
 """
 

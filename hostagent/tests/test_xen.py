@@ -1,7 +1,7 @@
 """The xen backend without a Xen host: the parsing of what xl prints, pool moves, refusals (the
 settings themselves are in test_validate.py).
 
-Applying them needs a Xen host: playbooks/tests/test_provision_xen.py boots Xen inside a QEMU
+Applying them needs a Xen host: tests/testbed/test_provision_xen.py boots Xen inside a QEMU
 guest playing the host and applies every scheduler there. The xl texts below were printed by
 that host (Xen 4.17, Debian 12's xl).
 """
@@ -102,3 +102,19 @@ def test_read_and_reset_take_no_setting(capsys, monkeypatch):
     assert done == ["rt"] and '"how": "read"' in capsys.readouterr().out
     assert cli.main([verb[0], "read", *verb[1:]]) == 2
     assert "read needs --domain" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("sched", "expected"),
+    [
+        ("rtds", ("sched-rtds", "-d", "d", "-v", "all", "-p", "10000", "-b", "4000", "-e", "1")),
+        ("credit2", ("sched-credit2", "-d", "d", "-w", "256", "-c", "0")),
+    ],
+)
+def test_reset_gives_the_domain_its_pools_defaults(monkeypatch, sched, expected):
+    calls = []
+    monkeypatch.setattr(xen_sched, "_pool_sched", lambda name: sched)
+    monkeypatch.setattr(xen_sched, "readback", lambda name: {"domain": name})
+    monkeypatch.setattr(xen_sched, "xl", lambda *args: calls.append(args) or "")
+    assert xen_sched.reset("d") == {"domain": "d"}
+    assert calls == [expected]

@@ -283,7 +283,9 @@ def reset(name: str) -> dict:
     sched_name = _pool_sched(name)
     d = DEFAULTS[sched_name]
     if sched_name == "rtds":
-        setting = Setting("rtds", d["budget"], d["period"], d["extratime"])
+        setting = Setting(
+            "rtds", budget_us=d["budget"], period_us=d["period"], extratime=d["extratime"]
+        )
     else:
         setting = Setting(sched_name, weight=d["weight"], cap=d["cap"])
     _set(name, setting)

@@ -1,0 +1,1 @@
+"""hvbench's harness: the controller side of a run, a campaign and a rerun."""

@@ -1,0 +1,156 @@
+"""`hvbench`: the testbed's tasks as one command; `hvbench VERB --help` for each. Every `make`
+target of the same name runs the verb after building what it needs (make help).
+
+    hvbench run SCHED=rtds BUDGET=77500        one run (make help lists the NAME=value words)
+    hvbench campaign run campaigns/table4-rtds.yml [--resume]
+    hvbench rerun --run RUN_ID                 repeat a run and compare the two
+    hvbench check [--host H --target T | --inventory DIR] [--enforce]
+    hvbench sched apply --sched cfs --budget 30000 [--host H | --inventory DIR]
+    hvbench report --results results --out report
+    hvbench provision --host root@lab1 --target xen --guest-bundle build/guest-bundle.tar
+    hvbench teardown --host lab1
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, validate
+
+from hvbench_harness import inventory
+from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target
+
+REPO = Path(__file__).resolve().parents[3]
+# Verbs that are a module's own command line: (module, what it does).
+MODULE_VERBS = {
+    "run": ("hvbench_harness.run", "one run, here (bare) or on a testbed"),
+    "campaign": ("hvbench_harness.campaign", "validate or run a campaign file"),
+    "rerun": ("hvbench_harness.rerun", "repeat a run from its results and compare"),
+    "report": ("hvbench_analysis.report", "figures and tables from results"),
+}
+PLAYBOOK_VERBS = {
+    "check": "is this machine, or a testbed, ready to measure on?",
+    "sched": "the real-time VM's scheduler setting on a testbed's host",
+    "provision": "make a bare host a KVM or Xen testbed (Ansible)",
+    "teardown": "remove a testbed's guests (Ansible)",
+}
+SCHED_ACTIONS = ("check", "apply", "read", "reset")
+
+
+class CliError(RuntimeError):
+    pass
+
+
+def where_arguments(p: argparse.ArgumentParser) -> None:
+    """Which testbed: INVENTORY, or a one-off HOST with TARGET (inventory.py)."""
+    p.add_argument("--inventory", default=None, help="a directory with hosts.yml, or a file")
+    p.add_argument("--host", default=None, help="a one-off host: user@host or host")
+    p.add_argument("--target", default=None, choices=TARGETS, help="kvm or xen for --host")
+
+
+def playbook_parser(verb: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"hvbench {verb}", description=PLAYBOOK_VERBS[verb])
+    where_arguments(p)
+    if verb == "check":
+        p.add_argument("--enforce", action="store_true", help="apply the tuning first")
+        p.add_argument("--require", help="checks to require beyond the defaults")
+    if verb == "sched":
+        p.add_argument("action", choices=SCHED_ACTIONS)
+        p.add_argument("--sched", default="none")
+        for name in ("budget", "period", "priority", "extratime", "weight", "cap"):
+            p.add_argument(f"--{name}", type=int)
+        p.add_argument("--readback", default="build/sched.json", help="where the readback goes")
+    if verb == "provision":
+        p.add_argument("--guest-bundle", required=True, help="make guest-bundle's file")
+        p.add_argument("--xen-prebuilt", help="make xen-hypervisor's directory (Xen hosts)")
+    return p
+
+
+def ansible_playbook(hosts: str, playbook: str, *extra: str) -> int:
+    """ansible-playbook from the repository (its ansible.cfg), the venv's when there is one."""
+    tool = Path(sys.executable).parent / "ansible-playbook"
+    cmd = [str(tool) if tool.exists() else "ansible-playbook", "-i", hosts, *extra]
+    env = {**os.environ, "PATH": f"{tool.parent}:{os.environ.get('PATH', '')}"}
+    return subprocess.run([*cmd, f"playbooks/{playbook}"], cwd=REPO, env=env).returncode
+
+
+def check(args: argparse.Namespace) -> int:
+    from hvbench_harness import readiness
+
+    hosts = inventory.hosts_file(args.inventory, args.host, args.target)
+    target = args.target or inventory_target(hosts)
+    argv = ["check", *(["--inventory", hosts] if target != "bare" else [])]
+    argv += ["--enforce"] if args.enforce else []
+    argv += ["--require", args.require] if args.require else []
+    return readiness.main(argv)
+
+
+def sched(args: argparse.Namespace) -> int:
+    """Checked here first, so that a bad setting never reaches a host; read and reset take
+    none. The readback goes to --readback."""
+    hosts = inventory.hosts_file(args.inventory, args.host, args.target)
+    target = args.target or inventory_target(hosts)
+    if target == "bare":
+        raise CliError(f"no testbed host in {hosts} (HOST= or INVENTORY=)")
+    params = {k: getattr(args, k) for k in ("priority", "extratime", "weight", "cap")}
+    if args.action in ("check", "apply"):
+        backend = BACKEND_OF_TARGET[target]
+        validate(backend, args.sched, budget_us=args.budget, period_us=args.period, **params)
+    extra = {"sched_action": args.action, "sched_name": args.sched}
+    for name in ("budget", "period", *params):
+        value = getattr(args, name)
+        extra[f"sched_{name}"] = "" if value is None else str(value)
+    extra["sched_readback_file"] = str(Path(args.readback).resolve())
+    return ansible_playbook(hosts, "sched.yml", "-e", json.dumps(extra))
+
+
+def provision(args: argparse.Namespace) -> int:
+    hosts = inventory.hosts_file(args.inventory, args.host, args.target)
+    extra = {"hvbench_guest_bundle": str(Path(args.guest_bundle).resolve())}
+    if args.xen_prebuilt:
+        extra["xen_host_prebuilt_dir"] = str(Path(args.xen_prebuilt).resolve())
+    return ansible_playbook(hosts, "provision.yml", "-e", json.dumps(extra))
+
+
+def teardown(args: argparse.Namespace) -> int:
+    return ansible_playbook(
+        inventory.hosts_file(args.inventory, args.host, args.target), "teardown.yml"
+    )
+
+
+ACTIONS = {"check": check, "sched": sched, "provision": provision, "teardown": teardown}
+
+
+def usage() -> str:
+    verbs = {**{v: what for v, (_, what) in MODULE_VERBS.items()}, **PLAYBOOK_VERBS}
+    return "usage: hvbench VERB ...\n\n" + "\n".join(
+        f"  {verb:<10} {what}" for verb, what in verbs.items()
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.split("\n\n")[0] + "\n\n" + usage())
+        return 0 if argv else 2
+    verb, rest = argv[0], argv[1:]
+    if verb in MODULE_VERBS:
+        return importlib.import_module(MODULE_VERBS[verb][0]).main(rest)
+    if verb not in ACTIONS:
+        print(f"hvbench: unknown verb {verb!r}\n{usage()}", file=sys.stderr)
+        return 2
+    try:
+        return ACTIONS[verb](playbook_parser(verb).parse_args(rest))
+    except (CliError, Refused, TestbedError, inventory.InventoryError) as e:
+        print(f"hvbench {verb}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

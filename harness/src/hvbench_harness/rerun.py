@@ -1,0 +1,192 @@
+"""`make rerun RUN=<run-id>`: repeat a run from its results directory alone.
+
+The run's meta.json holds everything the harness was given: the requested settings (target,
+scheduler and its parameters, rate, records, warm-up, ...), its inputs (data and model here, or
+the testbed's inventory) and the commit it ran. The rerun goes through `make run`'s path with
+those, as `results/<run-id>-rerun<n>`, and then compares the two bundles: the
+settings requested and read back, the model, the commit and the software versions. The
+comparison is printed and kept in the rerun's directory as rerun.json.
+
+    python -m hvbench_harness.rerun --run 20261122T101500Z-xen-rtds-b77500-p100000-e0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hvbench_analysis import results as results_contract
+
+from hvbench_harness import run as harness
+from hvbench_harness import spec
+
+INPUTS = {
+    "inventory": "--inventory",
+    "data": "--data",
+    "model": "--model",
+    "kafka_libs": "--kafka-libs",
+    "connector_dir": "--connector-dir",
+}
+# Requested keys that name the run rather than set it up.
+NOT_SETTINGS = {"rep", "campaign"}
+# Keys of a scheduler readback that are settings (the rest, such as thread ids, thread counts
+# and CPU time used, differ from run to run by nature).
+SETTING_KEYS = {
+    "sched",
+    "scheduler",
+    "policy",
+    "policies",
+    "runtime_ns",
+    "deadline_ns",
+    "period_ns",
+    "quota_us",
+    "period_us",
+    "budget_us",
+    "cpu_max",
+    "priority",
+    "extratime",
+    "weight",
+    "cap",
+    "pool",
+}
+
+
+class RerunError(RuntimeError):
+    pass
+
+
+def find_run(results: Path, run: str) -> Path:
+    """RUN as a directory, a run id in results/, or a run id in a campaign's folder."""
+    for candidate in (Path(run), results / run):
+        if (candidate / "meta.json").exists():
+            return candidate
+    found = sorted(results.glob(f"*/{run}/meta.json"))
+    if len(found) == 1:
+        return found[0].parent
+    if found:
+        raise RerunError(f"{run} is in several folders: {', '.join(str(f.parent) for f in found)}")
+    raise RerunError(f"no run {run} (no meta.json in {run} or under {results})")
+
+
+def harness_argv(meta: dict) -> list[str]:
+    """The harness's options that repeat the run: its requested settings and inputs."""
+    requested = meta.get("requested")
+    if not isinstance(requested, dict) or "target" not in requested:
+        raise RerunError("meta.json has no requested settings to repeat")
+    argv = spec.to_argv(spec.from_requested(requested))
+    inputs = meta.get("inputs") or {}
+    if requested["target"] != "bare" and not inputs.get("inventory"):
+        raise RerunError("meta.json does not say the testbed's inventory (a run before 2026-11)")
+    for key, option in INPUTS.items():
+        if inputs.get(key):
+            argv += [option, inputs[key]]
+    return argv
+
+
+def next_run_id(folder: Path, run_id: str) -> str:
+    n = 1
+    while (folder / f"{run_id}-rerun{n}").exists():
+        n += 1
+    return f"{run_id}-rerun{n}"
+
+
+def applied_settings(readback) -> set[tuple[str, str]]:
+    """The (key, value) pairs of a readback that are settings, wherever they are in it (for
+    a count by policy, the policies only)."""
+    found: set[tuple[str, str]] = set()
+    if isinstance(readback, dict):
+        for key, value in readback.items():
+            if key == "policies" and isinstance(value, dict):
+                found |= {("policy", name) for name in value}
+            elif key in SETTING_KEYS and not isinstance(value, dict | list):
+                found.add((key, json.dumps(value)))
+            else:
+                found |= applied_settings(value)
+    elif isinstance(readback, list):
+        for item in readback:
+            found |= applied_settings(item)
+    return found
+
+
+def compare(original: dict, rerun: dict) -> dict:
+    """What the two bundles agree on, and what differs."""
+
+    def settings(meta: dict) -> dict:
+        # None is "not set": runs written before every setting had every field compare equal
+        requested = meta["requested"].items()
+        return {k: v for k, v in requested if k not in NOT_SETTINGS and v is not None}
+
+    def packages(meta: dict) -> dict:
+        return (meta.get("versions") or {}).get("packages") or {}
+
+    old, new = packages(original), packages(rerun)
+    return {
+        "original": original.get("run_id"),
+        "rerun": rerun.get("run_id"),
+        "settings_equal": settings(original) == settings(rerun),
+        "readback_equal": applied_settings(original.get("sched"))
+        == applied_settings(rerun.get("sched")),
+        "model_equal": original.get("model") == rerun.get("model"),
+        "commit": {
+            "original": (original.get("git") or {}).get("commit"),
+            "rerun": (rerun.get("git") or {}).get("commit"),
+            "rerun_dirty": (rerun.get("git") or {}).get("dirty"),
+        },
+        "packages_changed": {
+            name: [old.get(name), new.get(name)]
+            for name in sorted(set(old) | set(new))
+            if old.get(name) != new.get(name)
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="hvbench rerun", description=__doc__)
+    p.add_argument("--run", required=True, help="run id or directory")
+    p.add_argument("--results", default="results")
+    p.add_argument("--work", default="work")
+    args = p.parse_args(argv)
+    try:
+        original_dir = find_run(Path(args.results), args.run)
+        original = results_contract.read_meta(original_dir)
+        run_id = next_run_id(Path(args.results), original_dir.name)
+        options = [
+            *harness_argv(original),
+            "--results",
+            args.results,  # a campaign's run too: its folder keeps the campaign's runs only
+            "--work",
+            args.work,
+            "--run-id",
+            run_id,
+            "--rerun-of",
+            str(original_dir.resolve()),
+        ]
+    except (RerunError, results_contract.ResultsError) as e:
+        print(f"make rerun: {e}", file=sys.stderr)
+        return 1
+    print(
+        f"make rerun: {original_dir.name} as {run_id}: python -m hvbench_harness.run "
+        + " ".join(options)
+    )
+    code = harness.main(options)
+    rerun_dir = Path(args.results) / run_id
+    if not (rerun_dir / "meta.json").exists():
+        return code or 1
+    comparison = compare(original, results_contract.read_meta(rerun_dir))
+    (rerun_dir / "rerun.json").write_text(json.dumps(comparison, indent=1) + "\n")
+    print(
+        f"make rerun: settings requested {'equal' if comparison['settings_equal'] else 'DIFFER'}, "
+        f"read back {'equal' if comparison['readback_equal'] else 'DIFFER'}, model "
+        f"{'equal' if comparison['model_equal'] else 'DIFFERS'}; commit "
+        f"{comparison['commit']['original']} → {comparison['commit']['rerun']}"
+        + (" (dirty)" if comparison["commit"]["rerun_dirty"] else "")
+        + f"; {len(comparison['packages_changed'])} package version(s) changed"
+    )
+    same = comparison["settings_equal"] and comparison["readback_equal"]
+    return code if same else (code or 3)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

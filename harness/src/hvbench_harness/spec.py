@@ -1,0 +1,229 @@
+"""The run request: one table of what a run can be asked, and the typed request built from it.
+
+Every way of asking for a run goes through `FIELDS`: Make variables (`make run RECORDS=100`,
+passed on to the harness as NAME=value), the harness's flags (`--records 100`), campaign keys
+(`records: 100`), `make rerun` (a run's meta.json `requested`) and `make help`. A name that is
+not in the table is refused with the closest one suggested, before anything starts.
+
+Standard library only: the Makefile runs this file with python3 to check the variables on its
+command line, before the venv exists.
+
+    python3 harness/src/hvbench_harness/spec.py check-make Makefile RECORD SCHED
+    python3 harness/src/hvbench_harness/spec.py help
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import sys
+from dataclasses import dataclass
+
+PRODUCERS = 6
+
+
+class SpecError(ValueError):
+    """A request that names something the table does not have, or a value of the wrong type."""
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str  # the RunSpec attribute and the campaign key
+    kind: type  # int, float, str or bool (a flag)
+    default: object
+    flag: str  # the harness's option
+    help: str
+    requested: str | None = None  # its key in meta.json "requested" (None: an input, not recorded)
+    make_name: str | None = None  # the Make variable, when it is not NAME in upper case
+
+    @property
+    def make(self) -> str:
+        return self.make_name or self.name.upper()
+
+
+# What a run measures. Each is recorded in meta.json "requested" and can vary in a campaign.
+FIELDS = (
+    Field("target", str, None, "--target", "bare, kvm or xen; unset: what the inventory implies",
+          "target"),
+    Field("sched", str, "none", "--sched", "the scheduler (docs/schedulers.md)", "sched"),
+    Field("budget", int, None, "--budget", "µs of CPU time per PERIOD", "budget_us"),
+    Field("period", int, None, "--period", "µs; 100000 where it applies", "period_us"),
+    Field("priority", int, None, "--priority", "SCHED=fifo (kvm): 1..99", "priority"),
+    Field("extratime", int, None, "--extratime", "SCHED=rtds (xen): 0 (default) or 1", "extratime"),
+    Field("weight", int, None, "--weight", "SCHED=credit|credit2 (xen): 1..65535, 256", "weight"),
+    Field("cap", int, None, "--cap", "SCHED=credit|credit2 (xen): % of one CPU, 0 = none", "cap"),
+    Field("records", int, 20_000, "--records", "records in all, over the six producers", "records"),
+    Field("send_ms", float, 100.0, "--period-ms", "each producer's send period (ms)",
+          "producer_period_ms"),
+    Field("warmup", float, 10.0, "--warmup-s", "seconds left out of the statistics", "warmup_s"),
+    Field("ramp", float, 0.0, "--ramp-s", "seconds to rise to the full rate, within WARMUP",
+          "ramp_s"),
+    Field("malformed", int, 0, "--malformed", "malformed records to inject (dead-lettered)",
+          "malformed"),
+    Field("drain", float, 20.0, "--drain-s", "seconds to wait for results after the last send",
+          "drain_s"),
+    Field("cpu_latency", str, "auto", "--cpu-latency",
+          "bare: hold C-states at this many µs while running; auto (0 where permitted) or off",
+          "cpu_latency"),
+    Field("require", str, None, "--require",
+          "readiness checks to require beyond the defaults, comma-separated", "require"),
+    Field("force", bool, False, "--force",
+          "run although a required readiness check fails (meta.json says which)", "force"),
+    Field("force_tsc", bool, False, "--force-tsc",
+          "accept a TSC without constant_tsc/nonstop_tsc (recorded)", "force_tsc"),
+)  # fmt: skip
+# Where a run reads and writes, and what it is called: the same for every point of a campaign.
+INPUTS = (
+    Field("inventory", str, None, "--inventory",
+          "a testbed's inventory (a directory or its hosts.yml); unset: bare, this machine"),
+    Field("host", str, None, "--host",
+          "a one-off testbed host, user@host (make provision HOST=... TARGET=... first)"),
+    Field("run_id", str, None, "--run-id", "the run's name; default: time, target and setting"),
+    Field("results", str, "results", "--results", "where results/<run-id>/ goes"),
+    Field("data", str, "data/pems", "--data", "the traffic data (bare)", make_name="DATA_DIR"),
+    Field("model", str, "artifacts/forecaster", "--model", "the trained model (bare)",
+          make_name="MODEL_DIR"),
+)  # fmt: skip
+# Make variables that build a bare run's inputs (make data, make train): make run takes them,
+# the harness leaves them to make.
+BUILD_VARS = ("PYTHON", "SEED", "DAYS", "START", "EPOCHS")
+BY_NAME = {f.name: f for f in FIELDS + INPUTS}
+BY_MAKE = {f.make: f for f in FIELDS + INPUTS}
+# A campaign may give the rate instead of the send period: records/s over all producers.
+CAMPAIGN_KEYS = sorted({f.name for f in FIELDS if f.name != "target"} | {"rate"})
+
+# The typed request: one attribute per field of FIELDS, frozen.
+RunSpec = dataclasses.make_dataclass(
+    "RunSpec",
+    [(f.name, f.kind | None, dataclasses.field(default=f.default)) for f in FIELDS],
+    frozen=True,
+)
+
+
+def suggest(name: str, valid) -> str:
+    """' (did you mean X?)' when a valid name is close to `name`, else ''."""
+    close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def unknown(names, valid, what: str) -> str:
+    """The refusal for names that are not valid, each with its suggestion; '' if all are."""
+    bad = [n for n in names if n not in valid]
+    if not bad:
+        return ""
+    return f"unknown {what} " + ", ".join(n + suggest(n, valid) for n in bad)
+
+
+def convert(field: Field, text: str):
+    """A Make variable's or flag's text as the field's type; SpecError if it is not one."""
+    if field.kind is bool:
+        if text.lower() in ("1", "yes", "true", "on"):
+            return True
+        if text.lower() in ("", "0", "no", "false", "off"):
+            return False
+        raise SpecError(f"{field.make} is 1 or 0, not {text!r}")
+    if field.kind is str:
+        return text
+    try:
+        return field.kind(text)
+    except ValueError:
+        noun = "a whole number" if field.kind is int else "a number"
+        raise SpecError(f"{field.make} must be {noun}, not {text!r}") from None
+
+
+ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+
+
+def assignments_to_flags(argv: list[str]) -> list[str]:
+    """NAME=value words (as Make passes its command line on) as the harness's options; the
+    other words as they are. SpecError names an unknown NAME with the closest one."""
+    flags: list[str] = []
+    for word in argv:
+        match = ASSIGNMENT.match(word)
+        if not match:
+            flags.append(word)
+            continue
+        name, text = match.groups()
+        if name in BUILD_VARS:
+            continue
+        message = unknown([name], BY_MAKE, "setting")
+        if message:
+            raise SpecError(message + "; `make help` lists them")
+        field = BY_MAKE[name]
+        if field.kind is bool:
+            flags += [field.flag] if convert(field, text) else []
+        elif text != "":  # NAME= (empty) is the default, as in Make
+            convert(field, text)
+            flags += [field.flag, text]
+    return flags
+
+
+def add_arguments(parser) -> None:
+    """The harness's options, one per field."""
+    for field in FIELDS + INPUTS:
+        help_text = f"{field.make}: {field.help}"
+        if field.kind is bool:
+            parser.add_argument(field.flag, dest=field.name, action="store_true", help=help_text)
+        else:
+            parser.add_argument(
+                field.flag, dest=field.name, type=field.kind, default=field.default, help=help_text
+            )
+
+
+def to_argv(values: dict) -> list[str]:
+    """Field values (by name) as the harness's options; None and False are left out."""
+    argv: list[str] = []
+    for name, value in values.items():
+        field = BY_NAME[name]
+        if field.kind is bool:
+            argv += [field.flag] if value else []
+        elif value is not None:
+            argv += [field.flag, str(value)]
+    return argv
+
+
+def from_requested(requested: dict) -> dict:
+    """A run's meta.json "requested" as field values (for `make rerun`)."""
+    return {
+        f.name: requested[f.requested] for f in FIELDS if requested.get(f.requested) is not None
+    }
+
+
+def as_requested(spec) -> dict:
+    """A RunSpec as meta.json records it."""
+    return {f.requested: getattr(spec, f.name) for f in FIELDS}
+
+
+def check_make(makefile: str, given: list[str]) -> str:
+    """The refusal for Make variables on the command line that neither the Makefile (its `?=`
+    lines) nor the run request knows; '' if all are known."""
+    with open(makefile) as f:
+        own = set(re.findall(r"^([A-Z][A-Z0-9_]*)\s*\?=", f.read(), re.M))
+    return unknown(given, sorted(own | set(BY_MAKE) | set(BUILD_VARS)), "variable")
+
+
+def help_text() -> str:
+    rows = ["make run takes these, as NAME=value (a campaign file: the same names in lower case):"]
+    for field in FIELDS + INPUTS:
+        default = "" if field.default in (None, False) else f" [{field.default}]"
+        rows.append(f"  {field.make:<12} {field.help}{default}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["check-make"] and len(argv) >= 2:
+        message = check_make(argv[1], argv[2:])
+        if message:
+            print(f"{message}; `make help` lists them")
+            return 1
+        return 0
+    if argv == ["help"]:
+        print(help_text())
+        return 0
+    print("usage: spec.py check-make MAKEFILE NAME... | spec.py help", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,313 @@
+"""Where a run's parts run, chosen once per run: this machine (bare) or a provisioned KVM or
+Xen testbed. Everything a run does differently per target is a method here, so run() reads as
+one list of steps whatever the target.
+
+A target knows its two machines (messaging: Kafka, producers, consumer; real-time: the job),
+where the inputs are on them, how to calibrate the TSC that stamps both ends, how to start the
+broker, which scheduler takes the run's setting, and which facts describe the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from hvbench_agent import facts as agent_facts
+from hvbench_agent import tuning
+from hvbench_agent.sched import Setting
+from hvbench_agent.sched.linux import LinuxScheduler
+from hvbench_load.broker import KafkaBroker
+
+import tsc_timer
+from hvbench_harness import readiness
+from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, tail
+from hvbench_harness.testbed import HostScheduler, Machine, Testbed, TestbedError, resolve
+
+TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
+# Threads of the job's JVM that handle records (comm names, cut to 15 characters by the
+# kernel): the chained task of source + Python operator + sinks, the Kafka source's fetcher,
+# and the network threads of the two Kafka sinks (results, dead letters): four threads.
+# SCHED=deadline applies to these on the bare target.
+JOB_THREAD_PATTERNS = (r"^Source: kafka-", r"^Source Data Fet", r"^kafka-producer-")
+JOB_THREADS = 4
+
+
+@dataclass
+class Paths:
+    """Where the run's inputs and its work directory are on the machines that use them."""
+
+    data: str
+    model: str
+    kafka_libs: str
+    connector_dir: str
+    work: str  # on the messaging and the real-time machine
+
+
+def check_readiness(results: dict, facts: dict, args: argparse.Namespace) -> dict:
+    """The machines' readiness checks (hvbench_harness.readiness): RunError if a required one
+    fails and is not forced; else what meta.json records of them."""
+    doc = readiness.verdict(results, args.force, args.force_tsc)
+    if doc["refused"]:
+        raise RunError(readiness.refusal(doc))
+    for failed in doc["failed_required"]:
+        log(f"forced: {failed['machine']}: {failed['check']} is {failed['found']}")
+    return {**doc, "facts": facts}
+
+
+class BareTarget:
+    """Every part on this machine; the setting goes to the job's JVM threads."""
+
+    name = "bare"
+    ready_timeout_s = 180.0
+
+    def __init__(self, args: argparse.Namespace, run_id: str, cpu_latency: tuning.CpuLatency):
+        self.args, self.cpu_latency = args, cpu_latency
+        self.messaging = self.realtime = Machine("this machine")
+        self.paths = Paths(
+            args.data,
+            args.model,
+            args.kafka_libs,
+            args.connector_dir,
+            str(Path(args.work).resolve() / run_id),
+        )
+        self.scheduler = LinuxScheduler(run_id, JOB_THREAD_PATTERNS, JOB_THREADS)
+        self.readiness: dict = {}
+
+    def machines(self) -> set[Machine]:
+        return {self.messaging}
+
+    def check(self, setting: Setting, require: list[str]) -> None:
+        """Before anything starts: this machine's readiness and the scheduler's own check."""
+        self.readiness = check_readiness(*readiness.check_here(require), self.args)
+        self.scheduler.check(setting)
+
+    def describe(self) -> dict:
+        """What meta.json records of where the run ran and what it read."""
+        args = self.args
+        return {
+            "inputs": {
+                name: str(Path(value).resolve())
+                for name, value in (
+                    ("data", args.data),
+                    ("model", args.model),
+                    ("kafka_libs", args.kafka_libs),
+                    ("connector_dir", args.connector_dir),
+                )
+            },
+            "readiness": self.readiness,
+        }
+
+    def calibrate(self, parts: Parts) -> tuple[tsc_timer.Calibration, dict]:
+        """The TSC calibration here, and the CPU latency limit held for the run."""
+        calibration = tsc_timer.calibrate(force=self.args.force_tsc)
+        self.cpu_latency.open()
+        parts.on_teardown(self.cpu_latency.close)
+        held = self.cpu_latency.describe()
+        log(
+            f"CPU latency limit held at {held['readback_us']} µs"
+            if self.cpu_latency.fd is not None
+            else f"CPU latency limit not held ({self.cpu_latency.not_held})"
+        )
+        return calibration, held
+
+    def start_broker(self, parts: Parts) -> dict:
+        broker = KafkaBroker(self.args.kafka_libs, Path(self.paths.work) / "kafka")
+        parts.on_teardown(lambda: (broker.stop(), parts.stopped.append("Kafka")))
+        broker.start()
+        broker.create_topics(list(TOPICS.values()))
+        return broker.describe()
+
+    def job_started(self, job: subprocess.Popen) -> str:
+        """The setting applies to the job's JVM threads: find the JVM."""
+        jvm_pid = job_jvm_pid(job)
+        if jvm_pid is None:
+            raise RunError("the job's JVM was not found")
+        self.scheduler.bind(jvm_pid)
+        return f"JVM pid {jvm_pid}"
+
+    def steal(self, figures: dict) -> dict:
+        return figures[self.messaging.name]  # one machine: the figure itself
+
+    def facts(self) -> dict:
+        manifest = json.loads((Path(self.args.model) / "manifest.json").read_text())
+        return {
+            "model": manifest.get("checksum"),
+            "host": agent_facts.collect_host(),
+            "versions": agent_facts.collect_versions(),
+            "stamps_where": "on this machine",
+        }
+
+
+class TestbedTarget:
+    """A provisioned KVM or Xen host: Kafka, producers and consumer in the messaging VM, the
+    job in the real-time VM, the setting on the host through its agent."""
+
+    ready_timeout_s = 900.0  # a JVM and a model inside a guest (very slow under emulation)
+
+    def __init__(self, args: argparse.Namespace, run_id: str, work: Path):
+        self.args, self.work = args, work
+        work.mkdir(parents=True)
+        self.testbed: Testbed = resolve(args.inventory, work / "testbed.json")
+        if self.testbed.target != args.target:
+            raise RunError(
+                f"TARGET={args.target}, but {args.inventory} is a {self.testbed.target} testbed"
+            )
+        self.name = self.testbed.target
+        self.messaging, self.realtime = self.testbed.messaging, self.testbed.realtime
+        base = self.testbed.install_dir  # where the guest roles put everything
+        self.paths = Paths(
+            f"{base}/data/pems",
+            f"{base}/model",
+            f"{base}/kafka/libs",
+            f"{base}/flink/lib",
+            f"{self.testbed.work_dir}/{run_id}",
+        )
+        self.scheduler = HostScheduler(self.testbed)
+        self.readiness: dict = {}
+        log(
+            f"testbed: host {self.testbed.host.ssh[-1]}, messaging VM, real-time VM "
+            f"({self.testbed.realtime_domain})"
+        )
+
+    def machines(self) -> set[Machine]:
+        return {self.messaging, self.realtime}
+
+    def check(self, setting: Setting, require: list[str]) -> None:
+        """Admission and the domain on the host, then every machine's readiness."""
+        self.scheduler.check(setting)
+        self.readiness = check_readiness(*readiness.check_testbed(self.testbed, require), self.args)
+
+    def describe(self) -> dict:
+        return {
+            "inputs": {"inventory": str(Path(self.args.inventory).resolve())},
+            "readiness": self.readiness,
+            "placement": {
+                "kafka, producers, consumer": self.messaging.name,
+                "flink job": self.realtime.name,
+                "scheduler setting": f"{self.testbed.host.name}: {self.scheduler.where()}",
+            },
+        }
+
+    def calibrate(self, parts: Parts) -> tuple[tsc_timer.Calibration, dict]:
+        """The TSC calibration in the messaging VM, which stamps both ends."""
+        parts.on_teardown(self.fetch_files)  # registered first: runs last
+        for machine in self.machines():
+            machine.run(["mkdir", "-p", f"{self.paths.work}/flink-log"], root=True)
+        calibrate = self.messaging.module(
+            "tsc_timer",
+            "--out",
+            f"{self.paths.work}/calibration.json",
+            *(["--force"] if self.args.force_tsc else []),
+        )
+        calibration = tsc_timer.Calibration(**json.loads(self.messaging.run(calibrate).stdout))
+        held = {
+            "held": False,
+            "reason": "a testbed's C-states are set by make provision (host_tuning)",
+        }
+        return calibration, held
+
+    def start_broker(self, parts: Parts) -> dict:
+        """Kafka in the messaging VM, listening on the guests' private network only."""
+        broker = parts.start(
+            "Kafka",
+            self.messaging,
+            self.messaging.module(
+                "hvbench_load.broker",
+                "--libs",
+                self.paths.kafka_libs,
+                "--work",
+                f"{self.paths.work}/kafka",
+                "--host",
+                self.testbed.messaging_address,
+                "--topics",
+                ",".join(TOPICS.values()),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=open(parts.work / "broker.err", "wb"),  # noqa: SIM115 — the child's
+        )
+        first = next_line(line_queue(broker.stdout), 420)  # the broker waits up to 300 s
+        if not first or not first.startswith("{"):
+            raise RunError(
+                f"Kafka did not start in {self.messaging.name}:\n" + tail(parts.work / "broker.err")
+            )
+        return json.loads(first)
+
+    def job_started(self, job: subprocess.Popen) -> str:
+        return f"in {self.realtime.name}"
+
+    def steal(self, figures: dict) -> dict:
+        return figures  # one figure per machine
+
+    def fetch_files(self) -> None:
+        """The parts' own files (sent, received, dead letters, job settings, logs) come here,
+        then the machines' copies go."""
+        for machine in self.machines():
+            try:
+                machine.fetch(self.paths.work, self.work)
+            except TestbedError as e:
+                log(f"fetching the run's files failed: {e}")
+                return  # keep them there
+        for machine in self.machines():
+            machine.run(["rm", "-rf", self.paths.work], root=True, check=False)
+
+    def facts(self) -> dict:
+        """Host and guest facts: the host's from Ansible, each guest's from itself."""
+        found = {"host": self.testbed.host_facts}
+        for role, machine in (("messaging", self.messaging), ("realtime", self.realtime)):
+            proc = machine.run(
+                machine.agent("facts", "host", "versions", "--model", self.paths.model),
+                timeout=120,
+            )
+            found[role] = json.loads(proc.stdout)
+        return {
+            "model": found["realtime"].get("model_checksum"),
+            "host": found,
+            "versions": found["realtime"]["versions"],
+            "stamps_where": f"in {self.messaging.name}",
+        }
+
+
+Target = BareTarget | TestbedTarget
+
+
+def choose(
+    args: argparse.Namespace,
+    run_id: str,
+    work: Path,
+    setting: Setting,
+    cpu_latency: tuning.CpuLatency | None,
+) -> Target:
+    """The run's target, its scheduler checked and its machines found ready, before anything
+    starts; RunError (or the scheduler's Refused) otherwise, and nothing is left behind (a
+    testbed's work directory, made to find the testbed, goes)."""
+    require = readiness.parse_require(args.require)
+    try:
+        if args.target == "bare":
+            target: Target = BareTarget(args, run_id, cpu_latency)
+        else:
+            target = TestbedTarget(args, run_id, work)
+        target.check(setting, require)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return target
+
+
+def job_jvm_pid(job: subprocess.Popen) -> int | None:
+    """The JVM that PyFlink started for the job (its child running PythonGatewayServer)."""
+    children = Path(f"/proc/{job.pid}/task/{job.pid}/children")
+    try:
+        pids = [int(p) for p in children.read_text().split()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            if b"PythonGatewayServer" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    return None

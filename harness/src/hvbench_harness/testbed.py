@@ -1,0 +1,306 @@
+"""Where the parts of a run execute: this machine, or a machine of a provisioned testbed
+reached over SSH.
+
+On the bare target every part runs here. On a KVM testbed the broker, the producers and the
+consumer run in the messaging VM, the Flink job in the real-time VM, and the scheduler setting
+is applied on the host; the harness stays on the controller and starts each part over SSH.
+Which machines those are, and how to reach them, comes from the Ansible inventory through
+playbooks/testbed.yml (the guests are reached through their host).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+class TestbedError(RuntimeError):
+    __test__ = False  # not a test class, despite its name
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    ssh: tuple[str, ...] = ()  # empty: this machine
+    python: str = sys.executable
+    sudo: bool = False  # an SSH user other than root runs root's commands through sudo
+    cpus: str = ""  # taskset CPU list for the run's parts there (empty: any CPU)
+    # how to run hvbench-agent there: here and in the guests, as a module of the run's Python;
+    # on a testbed's host, the command its agent role installed
+    agent_command: tuple[str, ...] = ()
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.ssh)
+
+    def command(self, args: list[str], root: bool = False) -> list[str]:
+        args = [str(a) for a in args]
+        if root and self.sudo:
+            args = ["sudo", "-n", *args]
+        return [*self.ssh, shlex.join(args)] if self.ssh else args
+
+    def module(self, module: str, *args: str) -> list[str]:
+        return [self.python, "-m", module, *[str(a) for a in args]]
+
+    def agent(self, *args: str) -> list[str]:
+        command = list(self.agent_command) or [self.python, "-m", "hvbench_agent"]
+        return [*command, *[str(a) for a in args]]
+
+    def start(self, args: list[str], **popen_kwargs) -> subprocess.Popen:
+        """A part that runs until asked to stop, in its own process group. There, it is
+        tethered to the SSH connection (hvbench-agent tether): closing the returned process's
+        stdin stops it on the far side, as does a lost connection."""
+        if self.cpus:
+            args = ["taskset", "-c", self.cpus, *args]
+        if not self.ssh:
+            return subprocess.Popen(args, start_new_session=True, **popen_kwargs)
+        tethered = self.agent("tether", "--", *args)
+        return subprocess.Popen(
+            self.command(tethered), stdin=subprocess.PIPE, start_new_session=True, **popen_kwargs
+        )
+
+    def run(
+        self,
+        args: list[str],
+        timeout: float = 600,
+        root: bool = False,
+        check: bool = True,
+        input: str | None = None,  # stdin's text (as subprocess.run takes it)
+    ) -> subprocess.CompletedProcess:
+        try:
+            proc = subprocess.run(
+                self.command(args, root=root),
+                **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise TestbedError(
+                f"{self.name}: `{shlex.join(args)}` took over {timeout:.0f} s"
+            ) from None
+        if check and proc.returncode != 0:
+            raise TestbedError(
+                f"{self.name}: `{shlex.join(args)}` failed ({proc.returncode}): "
+                + (proc.stderr.strip() or proc.stdout.strip())[-2000:]
+            )
+        return proc
+
+    def fetch(self, directory: str, into: Path, timeout: float = 600) -> None:
+        """Copy a directory's contents from the machine into a local directory."""
+        into.mkdir(parents=True, exist_ok=True)
+        if not self.ssh:
+            subprocess.run(["cp", "-a", f"{directory}/.", str(into)], check=True)
+            return
+        with subprocess.Popen(
+            self.command(["tar", "-C", directory, "-cf", "-", "."]),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+        ) as sender:
+            unpacked = subprocess.run(
+                ["tar", "-C", str(into), "-xf", "-"], stdin=sender.stdout, timeout=timeout
+            )
+        if sender.returncode != 0 or unpacked.returncode != 0:
+            raise TestbedError(f"{self.name}: copying {directory} back failed")
+
+
+def ssh_command(conn: dict) -> tuple[str, ...]:
+    """ssh's argument list for one inventory host (its Ansible connection variables)."""
+    args = ["ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15"]
+    if conn.get("port"):
+        args += ["-p", str(conn["port"])]
+    if conn.get("key"):
+        args += ["-i", conn["key"]]
+    args += shlex.split(conn.get("ssh_args") or "")
+    user = conn.get("user") or "root"
+    return (*args, f"{user}@{conn['address']}")
+
+
+@dataclass(frozen=True)
+class Testbed:
+    """The machines of a provisioned KVM or Xen testbed, as playbooks/testbed.yml found them."""
+
+    __test__ = False  # not a test class, despite its name
+
+    host: Machine
+    messaging: Machine
+    realtime: Machine
+    messaging_address: str  # the broker listens here, on the guests' private network
+    realtime_domain: str
+    install_dir: str
+    work_dir: str
+    host_facts: dict = field(default_factory=dict)
+    target: str = "kvm"  # the hypervisor: kvm or xen
+    realtime_pool: str = ""  # xen: the real-time VM's cpupool
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Testbed:
+        def machine(role: str) -> Machine:
+            conn = doc[role]
+            return Machine(
+                name=f"{role} ({conn['name']})",
+                ssh=ssh_command(conn),
+                python=f"{doc['install_dir']}/venv/bin/python",
+                sudo=(conn.get("user") or "root") != "root",
+                cpus=str(conn.get("workload_cpus") or ""),
+                agent_command=("hvbench-agent",) if role == "host" else (),
+            )
+
+        return cls(
+            host=machine("host"),
+            messaging=machine("messaging"),
+            realtime=machine("realtime"),
+            messaging_address=doc["messaging"]["private_address"],
+            realtime_domain=doc["realtime_domain"],
+            install_dir=doc["install_dir"],
+            work_dir=doc["work_dir"],
+            host_facts=doc.get("host_facts", {}),
+            target=doc.get("target", "kvm"),
+            realtime_pool=doc.get("realtime_pool", ""),
+        )
+
+
+class HostScheduler:
+    """The scheduler of the real-time VM, driven from here through the host's agent
+    (`hvbench-agent sched VERB --backend kvm|xen ...`): the same verbs as the agent's own
+    backends; a refusal on the host (exit 2) is a TestbedError with the host's reason."""
+
+    def __init__(self, testbed: Testbed):
+        self.testbed = testbed
+        self.backend = testbed.target
+
+    def where(self) -> str:
+        if self.backend == "xen":
+            return f"{self.testbed.realtime_domain} in cpupool {self.testbed.realtime_pool}"
+        return f"the vCPUs of {self.testbed.realtime_domain}"
+
+    def command(self, verb: str, setting=None) -> list[str]:
+        """The agent's command line on the host for one verb."""
+        args = ["sched", verb, "--backend", self.backend, "--domain", self.testbed.realtime_domain]
+        if self.backend == "xen":
+            args += ["--pool", self.testbed.realtime_pool]
+        if setting is not None:
+            args += ["--sched", setting.sched]
+            for field, value in setting.params().items():
+                args += ["--" + field.removesuffix("_us"), str(value)]
+        return self.testbed.host.agent(*args)
+
+    def _agent(self, verb: str, setting=None) -> dict:
+        proc = self.testbed.host.run(self.command(verb, setting), root=True, check=False)
+        if proc.returncode != 0:
+            raise TestbedError(proc.stderr.strip() or f"hvbench-agent sched {verb} failed")
+        return json.loads(proc.stdout)
+
+    def check(self, setting) -> None:
+        self._agent("check", setting)
+
+    def apply(self, setting) -> dict:
+        return {"applied": f"{setting.sched} on {self.where()}", **self._agent("apply", setting)}
+
+    def read(self) -> dict:
+        return self._agent("read")
+
+    def reset(self) -> None:
+        self._agent("reset")
+
+
+def ansible_tool(name: str) -> str:
+    """An Ansible command: the one installed beside this Python (the project's venv), else the
+    one on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else name
+
+
+def resolve(inventory: str, out: Path) -> Testbed:
+    """Ask Ansible for the testbed of `inventory` (and check that it is provisioned)."""
+    cmd = [
+        ansible_tool("ansible-playbook"),
+        "-i",
+        inventory,
+        "-e",
+        f"testbed_file={out.resolve()}",
+        str(REPO / "playbooks/testbed.yml"),
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin (a harness's may be)
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )
+    if proc.returncode != 0 or not out.exists():
+        raise TestbedError(
+            f"the testbed of {inventory} is not ready (is it provisioned? `make provision`):\n"
+            + "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        )
+    return Testbed.from_json(json.loads(out.read_text()))
+
+
+# Where a run executes: this machine, or the guests of a KVM or Xen testbed.
+TARGETS = ("bare", "kvm", "xen")
+# The inventory groups of the testbed hosts, and the hypervisor each stands for.
+HYPERVISOR_GROUPS = {"kvm_hosts": "kvm", "xen_hosts": "xen"}
+
+
+def inventory_target(inventory: str) -> str:
+    """The target an inventory implies: kvm or xen when its hosts are in kvm_hosts or xen_hosts,
+    bare when it lists none (the sample inventory). Read here with ansible-inventory; no host is
+    contacted."""
+    if not Path(inventory).exists():
+        raise TestbedError(f"no inventory at {inventory}")
+    proc = subprocess.run(
+        [ansible_tool("ansible-inventory"), "-i", inventory, "--list"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )
+    if proc.returncode != 0:
+        raise TestbedError(f"ansible-inventory cannot read {inventory}:\n{proc.stderr.strip()}")
+    groups = json.loads(proc.stdout)
+
+    def hosts(group: str) -> set[str]:
+        doc = groups.get(group, {})
+        found = set(doc.get("hosts", []))
+        for child in doc.get("children", []):
+            found |= hosts(child)
+        return found
+
+    found = {target for group, target in HYPERVISOR_GROUPS.items() if hosts(group)}
+    if len(found) > 1:
+        raise TestbedError(
+            f"{inventory} has hosts in both kvm_hosts and xen_hosts; TARGET=kvm or xen picks one"
+        )
+    return found.pop() if found else "bare"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m hvbench_harness.testbed target INVENTORY [TARGET]`: print the run's target, the
+    one given or the one the inventory implies (make run uses it when TARGET is not given)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) not in (2, 3) or args[0] != "target":
+        print("usage: python -m hvbench_harness.testbed target INVENTORY [TARGET]", file=sys.stderr)
+        return 2
+    given = args[2] if len(args) == 3 else ""
+    if given and given not in TARGETS:
+        print(f"make run: unknown TARGET {given!r}; valid: {', '.join(TARGETS)}", file=sys.stderr)
+        return 2
+    try:
+        print(given or inventory_target(args[1]))
+    except TestbedError as e:
+        print(f"make run: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""The pieces that let the harness run parts on other machines: the tether, the machine
+abstraction, the served broker, and the kvm and xen targets' refusals. The SSH path itself runs for
+real in tests/testbed/test_provision_kvm.py."""
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from hvbench_agent.sched import validate
+from hvbench_harness import run
+from hvbench_harness.testbed import (
+    HostScheduler,
+    Machine,
+    Testbed,
+    TestbedError,
+    inventory_target,
+    ssh_command,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+LIBS = REPO / "build" / "kafka" / "libs"
+
+
+def tethered(*command: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "hvbench_agent", "tether", "--", *command],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+        **kwargs,
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purposes
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_closing_the_tether_ends_the_command_and_its_children(tmp_path):
+    pidfile = tmp_path / "pid"
+    proc = tethered("sh", "-c", f"sleep 300 & echo $! > {pidfile}; wait")
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    grandchild = int(pidfile.read_text())
+    assert alive(grandchild)
+    proc.stdin.close()
+    assert proc.wait(10) == 128 + 15  # SIGTERM, as the shell reports it
+    deadline = time.monotonic() + 5
+    while alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(grandchild)
+
+
+def test_the_tether_passes_the_exit_code_on():
+    proc = tethered("sh", "-c", "exit 3")
+    assert proc.wait(10) == 3
+
+
+def test_sigterm_to_the_tether_ends_the_command():
+    proc = tethered("sleep", "300")
+    time.sleep(0.5)
+    proc.terminate()
+    assert proc.wait(10) == 128 + 15
+
+
+def test_a_local_machine_runs_and_fetches(tmp_path):
+    here = Machine("here")
+    assert not here.remote
+    assert here.run(["echo", "a b"]).stdout == "a b\n"
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "f.csv").write_text("x\n")
+    here.fetch(str(tmp_path / "src"), tmp_path / "dst")
+    assert (tmp_path / "dst" / "f.csv").read_text() == "x\n"
+
+
+def test_a_machines_cpus_bind_the_parts_it_starts():
+    pinned = Machine("here", cpus="0")
+    proc = pinned.start(["grep", "Cpus_allowed_list", "/proc/self/status"], stdout=subprocess.PIPE)
+    out, _ = proc.communicate(timeout=10)
+    assert out.decode().split() == ["Cpus_allowed_list:", "0"]
+
+
+def test_a_remote_command_is_one_quoted_argument_after_ssh():
+    there = Machine("vm", ssh=("ssh", "root@10.0.0.1"), python="/opt/hvbench/venv/bin/python")
+    cmd = there.command(["echo", "a b", "$HOME"])
+    assert cmd[:2] == ["ssh", "root@10.0.0.1"]
+    assert shlex.split(cmd[2]) == ["echo", "a b", "$HOME"]
+    sudo = Machine("host", ssh=("ssh", "me@h"), sudo=True)
+    assert shlex.split(sudo.command(["hvbench-vcpu-sched", "read"], root=True)[2])[:2] == [
+        "sudo",
+        "-n",
+    ]
+
+
+def test_ssh_commands_come_from_ansibles_connection_variables():
+    guest = {
+        "name": "hvbench-messaging",
+        "address": "192.168.123.10",
+        "port": 22,
+        "user": "root",
+        "key": "/k/id_ed25519",
+        "ssh_args": '-o StrictHostKeyChecking=no -o ProxyCommand="ssh -W %h:%p -p 2222 root@lab"',
+        "private_address": "192.168.123.10",
+    }
+    cmd = ssh_command(guest)
+    assert cmd[-1] == "root@192.168.123.10"
+    assert "ProxyCommand=ssh -W %h:%p -p 2222 root@lab" in cmd
+    assert cmd[cmd.index("-i") + 1] == "/k/id_ed25519"
+    host = {**guest, "name": "lab", "address": "lab", "user": "admin", "ssh_args": ""}
+    testbed = Testbed.from_json(
+        {
+            "host": host,
+            "messaging": guest,
+            "realtime": {**guest, "address": "192.168.123.11"},
+            "realtime_domain": "hvbench-realtime",
+            "install_dir": "/opt/hvbench",
+            "work_dir": "/var/lib/hvbench/work",
+        }
+    )
+    assert testbed.messaging_address == "192.168.123.10"
+    assert testbed.host.sudo and not testbed.messaging.sudo
+    assert testbed.realtime.python == "/opt/hvbench/venv/bin/python"
+    assert testbed.realtime.ssh[-1] == "root@192.168.123.11"
+
+
+def test_a_served_broker_reports_itself_and_stops_when_the_tether_closes(tmp_path):
+    proc = tethered(
+        sys.executable,
+        "-m",
+        "hvbench_load.broker",
+        "--libs",
+        str(LIBS),
+        "--work",
+        str(tmp_path / "kafka"),
+        "--host",
+        "127.0.0.1",
+        "--topics",
+        "input,output,dead-letter",
+        stdout=subprocess.PIPE,
+    )
+    try:
+        described = json.loads(proc.stdout.readline())
+        topics = AdminClient({"bootstrap.servers": described["bootstrap"]}).list_topics(timeout=10)
+        assert {"input", "output", "dead-letter"} <= set(topics.topics)
+        assert described["properties"]["listeners"].startswith("PLAINTEXT://127.0.0.1:")
+    finally:
+        proc.stdin.close()
+        assert proc.wait(60) == 0  # the broker's controlled shutdown
+    host, port = described["bootstrap"].split(":")
+    with pytest.raises(OSError):
+        socket.create_connection((host, int(port)), timeout=2)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--sched", "rtds", "--budget", "1000"], "unknown SCHED 'rtds' for target kvm"),
+        (["--sched", "cfs", "--budget", "120000"], "> PERIOD"),
+        (["--sched", "deadline-quota"], "unknown SCHED"),
+        (["--sched", "fifo"], "SCHED=fifo needs PRIORITY"),
+        (["--sched", "cfs", "--budget", "50000", "--priority", "5"], "SCHED=cfs has no PRIORITY=5"),
+        (["--sched", "none", "--cpu-latency", "0"], "CPU_LATENCY is for the bare target"),
+        (["--sched", "none"], "TARGET=kvm needs the testbed"),
+    ],
+)
+def test_bad_kvm_settings_are_refused_before_anything_is_touched(args, expected, tmp_path, capsys):
+    inventory = [] if expected.startswith("TARGET=kvm") else ["--inventory", "/nonexistent"]
+    code = run.main(
+        [
+            "--target",
+            "kvm",
+            *inventory,
+            *args,
+            "--work",
+            str(tmp_path / "w"),
+            "--results",
+            str(tmp_path / "r"),
+        ]
+    )
+    assert code == 1
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "w").exists() and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--sched", "cfs", "--budget", "1000"], "unknown SCHED 'cfs' for target xen"),
+        (["--sched", "rtds", "--budget", "120000"], "SCHED=rtds: BUDGET 120000 us > PERIOD"),
+        (["--sched", "rtds", "--budget", "5000", "--cap", "50"], "SCHED=rtds has no CAP=50"),
+        (["--sched", "credit", "--budget", "5000"], "SCHED=credit has no BUDGET=5000"),
+        (["--sched", "credit2", "--weight", "0"], "WEIGHT 0 outside 1..65535"),
+        (["--sched", "rtds", "--budget", "5000", "--extratime", "2"], "EXTRATIME must be 0 or 1"),
+        (["--sched", "credit", "--priority", "5"], "SCHED=credit has no PRIORITY=5"),
+        (["--sched", "credit", "--cpu-latency", "0"], "CPU_LATENCY is for the bare target"),
+        (["--sched", "credit"], "TARGET=xen needs the testbed"),
+    ],
+)
+def test_bad_xen_settings_are_refused_before_anything_is_touched(args, expected, tmp_path, capsys):
+    inventory = [] if expected.startswith("TARGET=xen") else ["--inventory", "/nonexistent"]
+    argv = ["--target", "xen", *inventory, *args]
+    code = run.main([*argv, "--work", str(tmp_path / "w"), "--results", str(tmp_path / "r")])
+    assert code == 1
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "w").exists() and not (tmp_path / "r").exists()
+
+
+def test_the_host_tool_gets_the_setting_of_its_target():
+    def testbed(target: str) -> Testbed:
+        doc = {
+            "target": target,
+            "realtime_domain": "rt",
+            "realtime_pool": "hvbench-rt" if target == "xen" else "",
+            "install_dir": "/opt/hvbench",
+            "work_dir": "/w",
+            "messaging": {"name": "m", "address": "10.0.0.2", "private_address": "10.0.0.2"},
+        }
+        doc |= {role: {"name": role, "address": "10.0.0.1"} for role in ("host", "realtime")}
+        return Testbed.from_json(doc)
+
+    xen = HostScheduler(testbed("xen")).command(
+        "apply", validate("xen", "rtds", budget_us=77500, extratime=1)
+    )
+    assert xen == [
+        *("hvbench-agent", "sched", "apply", "--backend", "xen", "--domain", "rt"),
+        *("--pool", "hvbench-rt"),
+        *("--sched", "rtds", "--budget", "77500", "--period", "100000", "--extratime", "1"),
+    ]
+    credit = HostScheduler(testbed("xen")).command("check", validate("xen", "credit", cap=153))
+    assert credit[-6:] == ["--sched", "credit", "--weight", "256", "--cap", "153"]
+    kvm = HostScheduler(testbed("kvm")).command("apply", validate("kvm", "fifo", priority=9))
+    assert kvm == [
+        *("hvbench-agent", "sched", "apply", "--backend", "kvm", "--domain", "rt"),
+        *("--sched", "fifo", "--priority", "9"),
+    ]
+
+
+def test_make_run_on_kvm_refuses_a_bad_setting_before_asking_ansible():
+    proc = subprocess.run(
+        [
+            "make",
+            "-s",
+            "run",
+            "TARGET=kvm",
+            "HOST=nonexistent.invalid",
+            "SCHED=cfs",
+            "BUDGET=200000",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "BUDGET 200000 us > PERIOD 100000 us" in proc.stderr
+    assert "ansible" not in (proc.stdout + proc.stderr).lower()
+
+
+def inventory(tmp_path: Path, groups: dict) -> str:
+    path = tmp_path / "hosts.yml"
+    path.write_text(json.dumps({"all": {"children": groups}}))
+    return str(path)
+
+
+def test_the_inventory_implies_the_target(tmp_path):
+    host = {"hosts": {"lab-1": {"ansible_host": "192.0.2.10"}}}
+    assert inventory_target(str(REPO / "inventory/sample/hosts.yml")) == "bare"
+    assert inventory_target(inventory(tmp_path, {"xen_hosts": host})) == "xen"
+    assert inventory_target(inventory(tmp_path, {"kvm_hosts": host, "xen_hosts": {}})) == "kvm"
+    # a host in a child group of xen_hosts counts
+    nested = {"xen_hosts": {"children": {"lab": host}}}
+    assert inventory_target(inventory(tmp_path, nested)) == "xen"
+    both = inventory(tmp_path, {"kvm_hosts": host, "xen_hosts": {"hosts": {"lab-2": {}}}})
+    with pytest.raises(TestbedError, match="hosts in both kvm_hosts and xen_hosts; TARGET="):
+        inventory_target(both)
+    with pytest.raises(TestbedError, match=r"no inventory at /nonexistent/hosts\.yml"):
+        inventory_target("/nonexistent/hosts.yml")
+
+
+def test_make_run_without_target_follows_the_inventory(tmp_path):
+    # the sample inventory lists no host: this machine (bare); a Xen inventory: the xen target,
+    # whose settings are then refused as xen's before any host is asked
+    def make_run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["make", "-s", "run", *args], cwd=REPO, capture_output=True, text=True, timeout=300
+        )
+
+    # refused before the inputs are built (no data or model here: none is made)
+    inputs = tmp_path / "inputs"
+    bare = make_run("SCHED=rtds", "BUDGET=77500", f"DATA_DIR={inputs}/d", f"MODEL_DIR={inputs}/m")
+    assert bare.returncode != 0 and "unknown SCHED 'rtds' for target bare" in bare.stderr
+    assert not inputs.exists()
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    inventory(lab, {"xen_hosts": {"hosts": {"lab-1": {"ansible_host": "192.0.2.10"}}}})
+    xen = make_run(f"INVENTORY={lab}", "SCHED=rtds", "BUDGET=120000")
+    assert xen.returncode != 0
+    assert "SCHED=rtds: BUDGET 120000 us > PERIOD 100000 us" in xen.stderr, xen.stderr
+    assert "PLAY" not in xen.stdout  # no playbook ran
+    unknown = make_run("TARGET=vmware")
+    assert unknown.returncode != 0 and "unknown TARGET 'vmware'; valid: bare, kvm, xen" in (
+        unknown.stderr
+    )
+    once = make_run("HOST=root@192.0.2.99", "SCHED=rtds", "BUDGET=1000")
+    assert once.returncode != 0 and "HOST=root@192.0.2.99: say TARGET=kvm or xen" in once.stderr

@@ -1,0 +1,261 @@
+"""The whole slice for real: Kafka broker, the PyFlink job, producers and consumer (short runs)."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hvbench_harness import readiness, run
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+MALFORMED = 8
+
+
+def run_args(tmp_path, data, model, *extra):
+    return [
+        "--records",
+        "360",
+        "--warmup-s",
+        "1",
+        "--drain-s",
+        "15",
+        "--data",
+        str(data),
+        "--model",
+        str(model),
+        "--kafka-libs",
+        str(REPO / "build/kafka/libs"),
+        "--connector-dir",
+        str(REPO / "build/flink/lib"),
+        "--results",
+        str(tmp_path / "results"),
+        "--work",
+        str(tmp_path / "work"),
+        *extra,
+    ]
+
+
+def leftover_processes(tmp_path) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if str(tmp_path) in line and "pytest" not in line]
+
+
+@pytest.fixture(scope="module")
+def plain_run(small_data, small_model, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("run")
+    code = run.main(
+        run_args(
+            tmp_path, small_data[0], small_model, "--run-id", "plain", "--malformed", str(MALFORMED)
+        )
+    )
+    return code, tmp_path, tmp_path / "results" / "plain"
+
+
+def test_a_run_accounts_for_every_record(plain_run):
+    code, _, results = plain_run
+    assert code == 0
+    meta = json.loads((results / "meta.json").read_text())
+    counts = meta["counts"]
+    assert counts["sent"] == 360 and counts["received"] == 360
+    assert counts["missing"] == 0 and counts["duplicated"] == 0 and counts["accounted"]
+    assert counts["warmup"] + counts["measured"] == 360 and counts["warmup"] >= 6
+    samples = pd.read_csv(results / "samples.csv")
+    assert len(samples) == 360
+    assert set(samples.detector) == {
+        "el_segundo",
+        "wilmington",
+        "long_beach",
+        "athens",
+        "lynwood_gardens",
+        "east_rancho_dominguez",
+    }
+    assert (samples.groupby("detector").seq.max() == 59).all()
+
+
+def test_malformed_records_reach_the_dead_letter_topic_with_reasons(plain_run):
+    _, _, results = plain_run
+    meta = json.loads((results / "meta.json").read_text())
+    assert meta["counts"]["malformed_sent"] == MALFORMED
+    assert meta["counts"]["malformed_dead_lettered"] == MALFORMED
+    letters = [json.loads(x) for x in (results / "dead_letters.jsonl").read_text().splitlines()]
+    injected = [x for x in letters if "malformed-" in x["record"]]
+    reasons = " ".join(x["reason"] for x in injected)
+    for reason in ("not JSON", "missing field", "must hold 12 values", "NaN"):
+        assert reason in reasons
+
+
+def test_latencies_are_sane_and_stamped_with_one_clock(plain_run):
+    _, _, results = plain_run
+    meta = json.loads((results / "meta.json").read_text())
+    samples = pd.read_csv(results / "samples.csv")
+    assert (samples.latency_ns > 0).all()
+    assert (samples.latency_from_intended_ns >= samples.latency_ns).all()
+    latency = meta["latency"]
+    # loose bounds: CI machines are shared; the benchmark measures it properly
+    assert 0.2 < latency["p50_ms"] < 200 and latency["max_ms"] < 5_000
+    assert latency["max_ms"] == pytest.approx(
+        samples.loc[~samples.warmup, "latency_ns"].max() / 1e6
+    )
+    assert (samples.predict_ns > 0).all() and (samples.route_ns > 0).all()
+    assert meta["clock"]["tsc"]["hz"] > 1e8 and meta["clock"]["tsc"]["clocksource"]
+
+
+def test_meta_records_what_ran(plain_run):
+    _, _, results = plain_run
+    meta = json.loads((results / "meta.json").read_text())
+    assert meta["requested"]["sched"] == "none"
+    assert meta["sched"]["readback"]["threads"] > 10
+    # root here: the C-state limit is held and the kernel reports it
+    assert meta["cpu_latency"] == {
+        "requested": "auto",
+        "held": True,
+        "not_held_because": None,
+        "readback_us": 0,
+    }
+    steal = meta["steal_while_sending"]
+    assert steal["cpu_s"] > 0 and 0 <= steal["steal_pct"] <= 100
+    assert meta["kafka"]["version"] == "4.3.1"
+    assert meta["clients"]["producer"]["linger.ms"] == 0
+    assert meta["clients"]["producer"]["socket.nagle.disable"] is True
+    flink = meta["job"]["flink"]
+    assert flink["python.execution-mode"] == "thread"
+    assert flink["execution.buffer-timeout.interval"] == "0 ms"
+    assert meta["job"]["sink_delivery_guarantee"] == "AT_LEAST_ONCE"
+    assert meta["job"]["env"]["OPENBLAS_NUM_THREADS"] == "1"
+    assert len(meta["model"]) == 64
+    assert meta["host"]["kernel"]["release"] and meta["versions"]["apache-flink"] == "2.3.0"
+    assert (results / "logs" / "broker.log").exists()
+
+
+def test_the_report_reads_a_real_run(plain_run, tmp_path):
+    """The results contract holds from both sides: the analysis loads what the harness wrote."""
+    from hvbench_analysis import report
+    from hvbench_analysis.load import load_runs
+
+    _, _, results = plain_run
+    runs = load_runs([results])
+    assert not runs.skipped
+    row = runs.runs.iloc[0]
+    meta = json.loads((results / "meta.json").read_text())
+    assert (row["target"], row["sched"], row["hypervisor"]) == ("bare", "none", "none")
+    assert row["sent"] == meta["counts"]["sent"] and row["accounted"] and row["problems"] == ""
+    assert row["clock"] == "tsc" and row["tsc_hz"] == meta["clock"]["tsc"]["hz"]
+    assert len(runs.samples) == meta["counts"]["measured"]
+    assert runs.samples["latency_ns"].max() / 1e6 == meta["latency"]["max_ms"]
+    out = tmp_path / "report"
+    assert report.main(["--results", str(results.parent), "--out", str(out)]) == 0
+    assert "Every record accounted for" in (out / "index.html").read_text()
+
+
+def test_nothing_is_left_running(plain_run):
+    _, tmp_path, _ = plain_run
+    assert leftover_processes(tmp_path) == []
+    assert not (tmp_path / "work" / "plain").exists()
+
+
+@pytest.mark.parametrize(
+    ("sched", "expected"),
+    [
+        (["--sched", "rtds", "--budget", "1000"], "unknown SCHED 'rtds'"),
+        (["--sched", "cfs-quota", "--budget", "120000", "--period", "100000"], "> PERIOD"),
+        (["--target", "lxc", "--sched", "rtds"], "unknown TARGET 'lxc'"),
+        (["--sched", "none", "--cap", "153"], "SCHED=none has no CAP=153"),
+        (["--cpu-latency", "low"], "CPU_LATENCY must be auto, off or microseconds"),
+    ],
+)
+def test_bad_settings_are_refused_before_anything_starts(
+    sched, expected, small_data, small_model, tmp_path, capsys
+):
+    assert run.main(run_args(tmp_path, small_data[0], small_model, *sched)) == 1
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
+
+
+# The scheduler settings on the bare target (cfs-quota and deadline, applied and read back)
+# are checked on the runs of the campaign test (test_campaign_integration.py).
+
+
+def test_meta_is_a_bundle_a_run_can_be_repeated_from(plain_run, small_model):
+    _, _, results = plain_run
+    meta = json.loads((results / "meta.json").read_text())
+    assert meta["inputs"]["model"] == str(Path(small_model).resolve())
+    assert meta["requested"]["drain_s"] == 15 and meta["requested"]["force"] is False
+    assert meta["invocation"]["argv"] and meta["rerun_of"] is None
+    assert len(meta["git"]["commit"]) == 40 and isinstance(meta["git"]["dirty"], bool)
+    assert isinstance(meta["git"]["changed"], list)
+    packages = meta["versions"]["packages"]
+    assert packages["apache-flink"] == "2.3.0" and packages["pandas"]
+    ready = meta["readiness"]
+    assert not ready["failed_required"] and not ready["forced"] and not ready["refused"]
+    (tsc,) = [c for c in ready["checks"]["this machine"] if c["check"] == "tsc"]
+    assert tsc["required"] and tsc["status"] == "pass"
+    assert ready["facts"]["this machine"]["tsc_flags"]
+
+
+def failing_advised_check() -> str:
+    """A check that fails on this machine but is not required here (isolated_cpus on a
+    machine without isolcpus=): requiring it makes the machine fail its readiness for real."""
+    results, _ = readiness.check_here()
+    failing = [
+        c["check"] for c in results["this machine"] if c["status"] == "fail" and not c["required"]
+    ]
+    assert failing, "every readiness check passes here: none to require for this test"
+    return failing[0]
+
+
+def test_a_machine_failing_a_required_check_is_refused(small_data, small_model, tmp_path, capsys):
+    check = failing_advised_check()
+    assert run.main(run_args(tmp_path, small_data[0], small_model, "--require", check)) == 1
+    err = capsys.readouterr().err
+    assert "not ready to measure on" in err and f"this machine: {check} is" in err
+    assert "FORCE=1" in err
+    assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
+
+
+@pytest.fixture(scope="module")
+def forced_run(small_data, small_model, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("forced")
+    check = failing_advised_check()
+    args = run_args(tmp_path, small_data[0], small_model, "--run-id", "forced")
+    args[1] = "60"  # records
+    args += ["--sched", "cfs-quota", "--budget", "80000", "--require", check, "--force"]
+    return run.main(args), tmp_path, check
+
+
+def test_a_forced_run_records_the_checks_it_failed(forced_run):
+    code, tmp_path, check = forced_run
+    assert code == 0
+    meta = json.loads((tmp_path / "results/forced/meta.json").read_text())
+    ready = meta["readiness"]
+    assert ready["forced"] and not ready["refused"]
+    (failed,) = ready["failed_required"]
+    assert failed["check"] == check and failed["machine"] == "this machine" and failed["forced"]
+    assert meta["requested"]["require"] == check and meta["counts"]["accounted"]
+
+
+def test_make_rerun_repeats_a_run_from_its_bundle(forced_run):
+    code, tmp_path, check = forced_run
+    assert code == 0
+    proc = subprocess.run(
+        ["make", "-s", "rerun", "RUN=forced", f"RESULTS={tmp_path / 'results'}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "settings requested equal, read back equal, model equal" in proc.stdout
+    original = json.loads((tmp_path / "results/forced/meta.json").read_text())
+    again = json.loads((tmp_path / "results/forced-rerun1/meta.json").read_text())
+    assert again["rerun_of"] == str((tmp_path / "results/forced").resolve())
+    for key in ("target", "sched", "budget_us", "period_us", "records", "producer_period_ms"):
+        assert again["requested"][key] == original["requested"][key]
+    assert again["sched"]["readback"]["quota_us"] == 80000
+    assert again["readiness"]["forced"] and again["requested"]["require"] == check
+    comparison = json.loads((tmp_path / "results/forced-rerun1/rerun.json").read_text())
+    assert comparison["settings_equal"] and comparison["readback_equal"]
+    assert comparison["packages_changed"] == {}
+    assert not (REPO / "work/forced-rerun1").exists()

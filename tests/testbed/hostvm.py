@@ -1,0 +1,560 @@
+"""A QEMU guest that plays the bare-metal host in the provisioning tests.
+
+These machines cannot run a stock kernel under their /dev/kvm, so the "host" runs under TCG
+(`-cpu max`: its emulated SVM lets KVM start guests inside it). Its disk is a Debian image built
+with mmdebstrap from the distribution's mirror, cached by the hash of everything that goes into
+it; each boot writes to a throw-away overlay, so every test starts from the same host.
+
+The image already holds the packages the kvm_host role and the guest roles install with apt:
+unpacking them under TCG takes many minutes, and each role's apt task is the same task either
+way (it then reports "ok").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+SUITE = "bookworm"
+# What a fresh Debian host has, plus what the kvm_host role would install (see above).
+BASE_PACKAGES = [
+    "linux-image-amd64",
+    "systemd-sysv",
+    "udev",
+    "openssh-server",
+    "python3",
+    "python3-apt",
+    "iproute2",
+    "ca-certificates",
+]
+ROLE_PACKAGES = [
+    "qemu-system-x86",
+    "qemu-utils",
+    "libvirt-daemon-system",
+    "libvirt-clients",
+    "dnsmasq-base",
+    "iptables",
+    "python3-libvirt",
+    "python3-lxml",
+    "mmdebstrap",
+    "e2fsprogs",
+    "cpufrequtils",
+]
+# What the guest roles (kafka, flink, producers) install with apt: in the tests the host VM
+# itself runs the workload (see test_provision_kvm.py).
+GUEST_ROLE_PACKAGES = ["openjdk-17-jre-headless", "python3-venv", "libpython3.11"]
+# What the xen_host, guests (Xen) and hvbench_agent roles install with apt (python3-venv, for the
+# agent; the KVM host has it for the guest roles above), and GRUB: the Xen host boots through
+# its own GRUB configuration (see build_image). dbus, as on any installed host: the role reboots
+# it, and systemd's shutdown asks logind over D-Bus.
+XEN_PACKAGES = [
+    *("xen-system-amd64", "xen-tools", "dnsmasq-base", "iptables", "qemu-utils"),
+    *("grub2-common", "grub-pc-bin", "dbus", "python3-venv"),
+]
+IMAGE_SIZE = "12G"  # sparse: the host keeps guest images too
+LAYOUT = 1  # bump when the way the image is made changes
+# GRUB's own modules, in the core image that QEMU loads; the rest come from /boot/grub.
+GRUB_CORE_MODULES = ["biosdisk", "ext2", "part_msdos", "part_gpt", "normal", "configfile"]
+
+
+HOLD_STATIC_KEYS_UNIT = """\
+[Unit]
+Description=Keep the test's static keys on (the TCG test host; see hold_static_keys.py)
+After=systemd-modules-load.service
+
+[Service]
+Type=notify
+NotifyAccess=main
+ExecStart=/usr/bin/python3 /usr/local/sbin/hold-static-keys
+# Its own CPU quota and cpuset hold CFS bandwidth control's key and the cpusets key on. The
+# quota never binds: the holder only sleeps.
+CPUQuota={quota}%
+AllowedCPUs=0-{last_cpu}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+# A boot runs from QEMU's start, or from the kernel's "reboot: Restarting system", to the
+# getty's login prompt on the serial console.
+BOOT_STARTS = re.compile(rb"reboot: Restarting system")
+BOOT_ENDS = re.compile(rb" login: ")
+
+
+class BootWatch:
+    """Decides when a boot has stalled: no new console output for `stall` seconds while
+    booting. Under multi-threaded TCG a boot now and then hangs for good (one stopped 2.6 s
+    into the kernel's boot, the console silent from then on); a normal boot of the test's hosts
+    is silent for at most 9 s, Linux or Xen (measured here at 1 s steps: 44 s and 73 s to the
+    login prompt). At most `resets` stalls are answered."""
+
+    def __init__(self, stall: float = 90, resets: int = 3) -> None:
+        self.stall, self.resets_left = stall, resets
+        self.booting = True
+        self.tail = b""  # the end of what came before, for a marker split across two reads
+        self.last_output: float | None = None
+
+    def observe(self, new: bytes, now: float) -> bool:
+        """Take the console's new bytes at time `now`; True when the VM is to be reset."""
+        if self.last_output is None or new:
+            self.last_output = now
+        if new:
+            text = self.tail + new
+            starts = [m.end() for m in BOOT_STARTS.finditer(text)]
+            ends = [m.end() for m in BOOT_ENDS.finditer(text)]
+            if starts or ends:
+                self.booting = max(starts, default=-1) > max(ends, default=-1)
+            self.tail = text[-64:]
+            return False
+        if self.booting and self.resets_left and now - self.last_output >= self.stall:
+            self.resets_left -= 1
+            self.last_output = now  # the reset boot gets its own `stall` seconds
+            return True
+        return False
+
+
+class HostVMError(RuntimeError):
+    pass
+
+
+def image_key(pubkey: str, packages: list[str], grub: bool) -> str:
+    recipe = {"suite": SUITE, "packages": sorted(packages), "pubkey": pubkey, "layout": LAYOUT}
+    if grub:
+        recipe["grub"] = GRUB_CORE_MODULES
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def ssh_key(cache: Path) -> Path:
+    """The test hosts' key, made once; under a lock, since the KVM and the Xen modules run side
+    by side (make test-testbed)."""
+    key = cache / "id_ed25519"
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / "id_ed25519.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not key.exists():
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hvbench-test", "-f",
+                 str(key)],
+                check=True,
+            )  # fmt: skip
+    return key
+
+
+def agent_wheel() -> None:
+    """The agent's wheel in build/agent/, which the hvbench_agent role installs on the host."""
+    subprocess.run(["make", "-s", "agent-wheel"], cwd=REPO, check=True, timeout=600)
+
+
+def build_image(cache: Path, packages: list[str] | None = None, grub: bool = False) -> Path:
+    """The host image directory (disk, kernel, initrd), built once per content key.
+
+    With grub, the image also boots through GRUB, as a real host does, so that a role can change
+    GRUB's configuration and reboot: QEMU loads GRUB's core image (grub.lnx: lnxboot.img and a
+    core.img made from the image's own GRUB), which reads /boot/grub/grub.cfg from the disk. The
+    image has no partition table and no boot sector; everything after that is the host's own
+    GRUB. Until update-grub runs on the host, grub.cfg boots the image's kernel.
+    """
+    packages = packages or BASE_PACKAGES + ROLE_PACKAGES + GUEST_ROLE_PACKAGES
+    key = ssh_key(cache)
+    pubkey = key.with_suffix(".pub").read_text().strip()
+    out = cache / f"host-{image_key(pubkey, packages, grub)}"
+    if (out / "done").exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix="hvbench-rootfs-", dir=cache) as tmp:
+        root = Path(tmp) / "root"
+        network = "[Match]\nName=en*\n\n[Network]\nDHCP=yes\n"
+        hooks = [
+            f'mkdir -p "$1/root/.ssh" && echo "{pubkey}" > "$1/root/.ssh/authorized_keys"',
+            'chmod 700 "$1/root/.ssh" && chmod 600 "$1/root/.ssh/authorized_keys"',
+            f"printf '{network}' > \"$1/etc/systemd/network/50-dhcp.network\"",
+            'chroot "$1" systemctl enable systemd-networkd',
+            'echo hvbench-host > "$1/etc/hostname"',
+            "printf '/dev/vda / ext4 defaults 0 1\\n' > \"$1/etc/fstab\"",
+        ]
+        cmd = [
+            "mmdebstrap",
+            "--variant=minbase",
+            "--include=" + ",".join(packages),
+            *[f"--customize-hook={h}" for h in hooks],
+            SUITE,
+            str(root),
+        ]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        boot = root / "boot"
+        shutil.copy(next(boot.glob("vmlinuz-*")), out / "vmlinuz")
+        shutil.copy(next(boot.glob("initrd.img-*")), out / "initrd.img")
+        if grub:
+            _install_grub(root, out / "grub.lnx")
+        subprocess.run(
+            ["mke2fs", "-q", "-t", "ext4", "-d", str(root), str(out / "disk.raw"), IMAGE_SIZE],
+            check=True,
+        )
+    (out / "done").write_text("")
+    return out
+
+
+def _install_grub(root: Path, loader: Path) -> None:
+    """What grub-install would put in /boot/grub, a first grub.cfg, and the loader for QEMU."""
+    grub = root / "boot" / "grub"
+    shutil.copytree(root / "usr/lib/grub/i386-pc", grub / "i386-pc")
+    kernel = next((root / "boot").glob("vmlinuz-*")).name
+    initrd = next((root / "boot").glob("initrd.img-*")).name
+    (grub / "grub.cfg").write_text(
+        "set timeout=0\n"
+        "menuentry 'Debian (image)' {\n"
+        f"\tlinux /boot/{kernel} root=/dev/vda rw console=ttyS0\n"
+        f"\tinitrd /boot/{initrd}\n"
+        "}\n"
+    )
+    # The host's own update-grub keeps these: Linux on the serial console, no menu delay.
+    # /etc/default/grub as grub-pc's postinst makes it (grub-pc itself would run grub-install)
+    defaults = root / "etc/default/grub"
+    if not defaults.exists():
+        shutil.copy(root / "usr/share/grub/default/grub", defaults)
+    text = defaults.read_text()
+    for name, value in (("GRUB_TIMEOUT", "0"), ("GRUB_CMDLINE_LINUX", '"console=ttyS0"')):
+        text = re.sub(rf"(?m)^{name}=.*$", f"{name}={value}", text)
+    defaults.write_text(text + "GRUB_TERMINAL=console\n")
+    subprocess.run(
+        [
+            "chroot",
+            str(root),
+            "grub-mkimage",
+            "-O",
+            "i386-pc",
+            "-o",
+            "/tmp/core.img",
+            "-p",
+            "(hd0)/boot/grub",
+            *GRUB_CORE_MODULES,
+        ],
+        check=True,
+    )
+    loader.write_bytes(
+        (root / "usr/lib/grub/i386-pc/lnxboot.img").read_bytes()
+        + (root / "tmp/core.img").read_bytes()
+    )
+    (root / "tmp/core.img").unlink()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class HostVM:
+    """Boots the image under TCG with SSH forwarded to 127.0.0.1:<port>."""
+
+    def __init__(
+        self, image: Path, work: Path, cpus: int = 3, memory_mb: int = 6144, cpu: str = "max"
+    ) -> None:
+        self.image, self.work = image, work
+        self.cpus, self.memory_mb, self.cpu = cpus, memory_mb, cpu
+        self.port = free_port()
+        self.key = image.parent / "id_ed25519"
+        self.process: subprocess.Popen | None = None
+        self.resets: list[str] = []  # the stalled boots the watchdog reset, as log lines
+
+    @property
+    def console(self) -> Path:
+        return self.work / "console.log"
+
+    @property
+    def monitor(self) -> Path:
+        return self.work / "monitor.sock"
+
+    def start(self, timeout: float = 300) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        overlay = self.work / "overlay.qcow2"
+        subprocess.run(
+            [
+                "qemu-img",
+                "create",
+                "-q",
+                "-f",
+                "qcow2",
+                "-F",
+                "raw",
+                "-b",
+                str(self.image / "disk.raw"),
+                str(overlay),
+            ],
+            check=True,
+        )
+        self.process = subprocess.Popen(
+            [
+                "qemu-system-x86_64",
+                "-accel",
+                "tcg,thread=multi",
+                "-cpu",
+                self.cpu,
+                "-smp",
+                str(self.cpus),
+                "-m",
+                str(self.memory_mb),
+                *self._boot_args(),
+                "-drive",
+                f"file={overlay},if=virtio,format=qcow2",
+                "-netdev",
+                f"user,id=net0,hostfwd=tcp:127.0.0.1:{self.port}-:22",
+                "-device",
+                "virtio-net-pci,netdev=net0",
+                "-display",
+                "none",
+                "-serial",
+                f"file:{self.console}",
+                # the human monitor, for sysrq dumps when the host stops answering
+                "-monitor",
+                f"unix:{self.monitor},server=on,wait=off",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.work / "qemu.err", "wb"),  # noqa: SIM115
+            start_new_session=True,
+        )
+        threading.Thread(target=self._watch_boots, args=(self.process,), daemon=True).start()
+        try:
+            self._wait_for_ssh(timeout)
+        except BaseException:
+            self.kill()  # never leave a QEMU behind
+            raise
+
+    def _watch_boots(self, process: subprocess.Popen, every: float = 2) -> None:
+        """Reset the VM when a boot stalls (see BootWatch), the first boot or a reboot: the
+        playbook or the test waiting for it then sees a slower boot, not a dead host."""
+        watch, offset = BootWatch(), 0
+        while process.poll() is None:
+            try:
+                with self.console.open("rb") as console:
+                    console.seek(offset)
+                    new = console.read()
+            except OSError:
+                new = b""
+            offset += len(new)
+            if watch.observe(new, time.monotonic()):
+                tail = self.console.read_bytes()[-300:].decode(errors="replace").splitlines()
+                line = f"{time.strftime('%H:%M:%S')} boot stalled, reset; console ended: " + (
+                    tail[-1] if tail else "(nothing)"
+                )
+                self.resets.append(line)
+                with (self.work / "boot-resets.log").open("a") as log:
+                    log.write(line + "\n")
+                self.monitor_command("system_reset")
+            time.sleep(every)
+
+    def _boot_args(self) -> list[str]:
+        if (self.image / "grub.lnx").exists():
+            return ["-kernel", str(self.image / "grub.lnx")]  # GRUB reads the disk's grub.cfg
+        return [
+            "-kernel",
+            str(self.image / "vmlinuz"),
+            "-initrd",
+            str(self.image / "initrd.img"),
+            # npt=0: with nested paging, the first nested guest panicked this host's kernel
+            # (stack guard page hit in the vCPU thread) under TCG's emulated SVM.
+            # vgif=0: twice the host hung with its vCPUs spinning in KVM's interrupt delivery
+            # soon after its nested guests started; without virtual GIF, KVM gates interrupts
+            # with plain CLGI/STGI, the older path of TCG's SVM.
+            "-append",
+            "root=/dev/vda rw console=ttyS0 net.ifnames=1 kvm_amd.npt=0 kvm_amd.vgif=0 "
+            "sysrq_always_enabled=1",
+        ]
+
+    def _wait_for_ssh(self, timeout: float) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        resets = 0
+        while time.monotonic() < deadline:
+            if len(self.resets) > resets:  # a reset boot gets the whole timeout again
+                resets, deadline = len(self.resets), time.monotonic() + timeout
+            if self.process.poll() is not None:
+                raise HostVMError("QEMU exited: " + (self.work / "qemu.err").read_text())
+            try:
+                if self.ssh("true", check=False, timeout=20).returncode == 0:
+                    return
+            except subprocess.TimeoutExpired:
+                pass  # QEMU accepts the forwarded port before sshd answers
+            time.sleep(3)
+        raise HostVMError(
+            f"no SSH within {timeout:.0f} s; console in {self.console}"
+            + "".join("\n" + line for line in self.resets)
+        )
+
+    def ssh(self, command: str, check: bool = True, timeout: float = 600, input: str | None = None):
+        return subprocess.run(
+            ["ssh", *self.ssh_options(), "-p", str(self.port), "root@127.0.0.1", command],
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
+        )
+
+    def hold_static_keys(self) -> None:
+        """Start hold_static_keys.py on the host as a service, before any guest starts.
+
+        This QEMU's multi-threaded TCG does not reliably show one vCPU's code writes to the
+        others. When a static key flips, Linux rewrites the instructions that test it while
+        other CPUs may be running them, and under TCG a vCPU then spun there for good: the host
+        hung, soft lockups on every CPU, in KVM's interrupt delivery (__apic_accept_irq) or in
+        __schedule, soon after a nested guest started or stopped, which flips KVM's keys; and
+        it stopped answering the moment a cfs quota was applied while the workload ran, which
+        flips CFS bandwidth control's key.
+        """
+        script = (Path(__file__).parent / "hold_static_keys.py").read_text()
+        unit = HOLD_STATIC_KEYS_UNIT.format(quota=100 * self.cpus, last_cpu=self.cpus - 1)
+        self.ssh("cat > /usr/local/sbin/hold-static-keys", input=script)
+        self.ssh("cat > /etc/systemd/system/hold-static-keys.service", input=unit)
+        cgroup = "/sys/fs/cgroup/system.slice/hold-static-keys.service"
+        start = self.ssh(
+            "systemctl daemon-reload && systemctl enable --now hold-static-keys"
+            " || { journalctl -u hold-static-keys -o cat --no-pager; exit 1; }"
+            f" && cat {cgroup}/cpu.max {cgroup}/cpuset.cpus",
+            check=False,
+            timeout=120,
+        )
+        if start.returncode != 0:
+            raise HostVMError("hold-static-keys did not start:\n" + start.stdout + start.stderr)
+        quota, cpus = start.stdout.split("\n")[:2]
+        if quota.startswith("max") or cpus != f"0-{self.cpus - 1}":
+            raise HostVMError(f"hold-static-keys holds no quota or cpuset: {start.stdout!r}")
+
+    def ssh_options(self) -> list[str]:
+        return [
+            "-i",
+            str(self.key),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            # Generous: while nested guests boot, TCG keeps this host's CPUs very busy.
+            "-o",
+            "ConnectTimeout=60",
+            "-o",
+            "ServerAliveInterval=15",
+            "-o",
+            "ServerAliveCountMax=8",
+            "-o",
+            "BatchMode=yes",
+        ]
+
+    def inventory(self, path: Path, group: str) -> Path:
+        """A one-host inventory for ansible-playbook."""
+        path.write_text(
+            json.dumps(
+                {
+                    group: {
+                        "hosts": {
+                            "testhost": {
+                                "ansible_host": "127.0.0.1",
+                                "ansible_port": self.port,
+                                "ansible_user": "root",
+                                "ansible_ssh_private_key_file": str(self.key),
+                                "ansible_ssh_common_args": " ".join(self.ssh_options()[2:]),
+                            }
+                        }
+                    }
+                }
+            )
+        )
+        return path
+
+    def console_tail(self, lines: int = 60) -> str:
+        """The end of the serial console, for failure messages. When SSH does not answer, the
+        kernel is first asked (sysrq) for every CPU's backtrace and the blocked tasks."""
+        try:
+            if self.ssh("true", check=False, timeout=30).returncode != 0:
+                self.sysrq("l")
+                self.sysrq("w")
+                time.sleep(5)
+                lines = 300
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            text = self.console.read_text(errors="replace")
+        except OSError:
+            text = "(no console log)"
+        return "\n".join(self.resets + text.splitlines()[-lines:])
+
+    def sysrq(self, key: str) -> None:
+        """Press Alt+SysRq+key on the host's keyboard."""
+        self.monitor_command(f"sendkey alt-sysrq-{key}")
+
+    def monitor_command(self, command: str) -> None:
+        """Give QEMU's human monitor one command."""
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)
+            s.connect(str(self.monitor))
+            s.sendall(f"{command}\n".encode())
+            time.sleep(0.5)
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, 9)
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.ssh("systemctl poweroff", check=False, timeout=20)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> HostVM:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def run_playbook(
+    vm: HostVM, inventory: Path, extra: Path, name: str, *extra_args: str
+) -> tuple[int, str, dict]:
+    """ansible-playbook playbooks/<name> against the host VM: exit code, output (with the end
+    of the host's console when it failed) and the recap's counts for the host."""
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_TIMEOUT": "60",  # the host is slow to answer while its guests boot
+    }
+    proc = subprocess.run(
+        ["ansible-playbook", "-i", str(inventory), "-e", f"@{extra}", *extra_args,
+         f"playbooks/{name}"],
+        cwd=REPO,
+        env=env,
+        # Ansible refuses a non-blocking stdin, which the test's own may be
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )  # fmt: skip
+    recap = re.search(r"testhost\s+:\s+(.*)", proc.stdout)
+    counts = dict(re.findall(r"(\w+)=(\d+)", recap.group(1))) if recap else {}
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        out += "\n--- host console ---\n" + vm.console_tail()
+    return proc.returncode, out, {k: int(v) for k, v in counts.items()}

@@ -1,0 +1,434 @@
+"""make provision for real: a QEMU guest plays the bare-metal host (see hostvm.py), the
+playbooks provision it over SSH, and libvirt/KVM inside it runs the two guests.
+
+Sizes are the test's: the host VM has 3 vCPUs and 6 GiB under TCG. Each guest gets one vCPU,
+pinned to host CPU 1 and 2, and 1–1.5 GiB; CPU 0 is left to the host, as on a real testbed, so
+its SSH stays responsive while the nested guests boot. Nothing is timed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from hostvm import HostVM, agent_wheel, build_image, run_playbook
+
+pytestmark = pytest.mark.testbed
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+CACHE = Path(os.environ.get("HVBENCH_TEST_CACHE", "/var/cache/hvbench-test"))
+GUESTS = {"hvbench-messaging": ("192.168.123.10", [1]), "hvbench-realtime": ("192.168.123.11", [2])}
+
+
+def guests(realtime_vcpus: int = 1, realtime_cpus: list[int] | None = None) -> dict:
+    """The test's two guests (hvbench_guests): one vCPU each, pinned to CPU 1 and CPU 2."""
+
+    def guest(name: str, vcpus: int, memory_mb: int, cpus: list[int]) -> dict:
+        return {"name": name, "vcpus": vcpus, "memory_mb": memory_mb, "host_cpus": cpus,
+                "disk_gb": 10}  # fmt: skip
+
+    return {
+        "messaging": guest("hvbench-messaging", 1, 1536, GUESTS["hvbench-messaging"][1]),
+        "realtime": guest(
+            "hvbench-realtime", realtime_vcpus, 1024, realtime_cpus or GUESTS["hvbench-realtime"][1]
+        ),
+    }
+
+
+def small_testbed_vars(key: Path, bundle: Path | None = None) -> dict:
+    return {
+        "hvbench_ssh_public_key_file": str(key.with_suffix(".pub")),
+        **({"hvbench_guest_bundle": str(bundle)} if bundle else {}),
+        "guest_image_controller_cache": str(CACHE / "images"),
+        "hvbench_guests": guests(),
+        # The host VM's emulated CPU under TCG: nested guests keep QEMU's default model.
+        "guests_kvm_cpu_mode": "",
+    }
+
+
+def with_workload(inventory: Path) -> None:
+    """The host VM itself plays the messaging VM and the real-time VM: the guest roles and the
+    workload run there, not in the nested guests (a JVM and PyFlink in a KVM guest nested in a
+    TCG guest would take far too long here). The scheduler setting still goes to the nested
+    real-time VM's vCPUs, which run (idle) throughout."""
+    doc = json.loads(inventory.read_text())
+    # One CPU for the run's parts: a JVM here crashed (SIGSEGV in JIT-compiled code) when its
+    # threads ran on several of TCG's vCPUs, which do not see each other's code writes reliably.
+    here = {"hvbench_private_address": "127.0.0.1", "hvbench_workload_cpus": "0"}
+    for group in ("messaging_vms", "realtime_vms"):
+        doc[group] = {"hosts": {"testhost": here}}
+    inventory.write_text(json.dumps(doc))
+
+
+def guest_bundle(out: Path, model: Path, data: Path) -> Path:
+    """The guest roles' bundle, with the tests' small model and data (make guest-bundle)."""
+    bundle = out / "guest-bundle.tar"
+    subprocess.run(
+        [
+            "make",
+            "-s",
+            "guest-bundle",
+            f"GUEST_BUNDLE={bundle}",
+            f"MODEL_DIR={model}",
+            f"DATA_DIR={data}",
+        ],
+        cwd=REPO,
+        check=True,
+        timeout=1200,
+    )
+    return bundle
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory, small_model, small_data):
+    agent_wheel()
+    image = build_image(CACHE)
+    work = tmp_path_factory.mktemp("hostvm")
+    bundle = guest_bundle(work, small_model, small_data[0])
+    vm = HostVM(image, work)
+    vm.start()
+    try:
+        vm.hold_static_keys()
+    except BaseException:
+        vm.kill()  # never leave a QEMU behind
+        raise
+    inventory = work / "inventory"
+    inventory.mkdir()
+    os.symlink(REPO / "inventory/sample/group_vars", inventory / "group_vars")
+    # hosts.yml (JSON is YAML) so that make's INVENTORY= can name the directory
+    vm.inventory(inventory / "hosts.yml", "kvm_hosts")
+    with_workload(inventory / "hosts.yml")
+    extra = work / "test-vars.yml"
+    extra.write_text(yaml.safe_dump(small_testbed_vars(vm.key, bundle)))
+    yield vm, inventory / "hosts.yml", extra
+    vm.stop()
+
+
+def playbook(host, name: str, *extra_args: str) -> tuple[int, str, dict]:
+    vm, inventory, extra = host
+    return run_playbook(vm, inventory, extra, name, *extra_args)
+
+
+def on_host(host, command: str) -> str:
+    return host[0].ssh(command).stdout
+
+
+def test_bad_pinning_is_refused_before_anything_is_touched(host):
+    code, out, counts = playbook(
+        host,
+        "provision.yml",
+        "-e",
+        json.dumps({"hvbench_guests": guests(realtime_vcpus=2, realtime_cpus=[1])}),
+    )
+    assert code != 0 and "vCPUs are pinned one to one" in out
+    assert counts["changed"] == 0
+    assert (
+        on_host(
+            host, "ls /etc/systemd/system/hvbench-tuning.service /var/lib/hvbench 2>&1 || true"
+        ).count("No such file")
+        == 2
+    )
+
+
+def test_provision_sets_up_the_host_and_the_guests(host):
+    code, out, counts = playbook(host, "provision.yml")
+    assert code == 0, out[-6000:]
+    assert counts["failed"] == 0 and counts["changed"] > 0
+    assert on_host(host, "systemctl is-enabled hvbench-tuning libvirtd").split() == [
+        "enabled",
+        "enabled",
+    ]
+    running = on_host(host, "virsh list --state-running --name").split()
+    assert sorted(running) == sorted(GUESTS)
+    for name, (address, cpus) in GUESTS.items():
+        pins = on_host(host, f"virsh vcpupin {name}")
+        assert re.search(rf"^\s*0\s+{cpus[0]}\s*$", pins, re.M), pins
+        assert address in on_host(host, "virsh net-dumpxml hvbench")
+    assert on_host(host, "virsh net-info hvbench | grep -E '^(Active|Autostart)'").split() == [
+        "Active:",
+        "yes",
+        "Autostart:",
+        "yes",
+    ]
+
+
+def test_second_provision_changes_nothing(host):
+    code, out, counts = playbook(host, "provision.yml")
+    assert code == 0, out[-6000:]
+    assert counts["changed"] == 0, out[-6000:]
+
+
+def test_guests_boot_and_take_their_key(host):
+    """The guests get their fixed address and let the controller's key in (through the host)."""
+    vm = host[0]
+    for name, (address, _) in GUESTS.items():
+        deadline = time.monotonic() + 600  # nested KVM under TCG boots in minutes
+        while True:
+            probe = subprocess.run(
+                [
+                    "ssh",
+                    *vm.ssh_options(),
+                    "-o",
+                    f"ProxyCommand=ssh {' '.join(vm.ssh_options())} -p {vm.port} -W %h:%p "
+                    "root@127.0.0.1",
+                    f"root@{address}",
+                    "hostname; cat /proc/cmdline",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if probe.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(10)
+        assert probe.returncode == 0, probe.stderr + "\n--- host console ---\n" + vm.console_tail()
+        assert probe.stdout.split()[0] == name
+        password = vm.ssh(
+            f"ssh -o BatchMode=yes -o StrictHostKeyChecking=no "
+            f"-o PubkeyAuthentication=no root@{address} true",
+            check=False,
+        )
+        assert password.returncode != 0  # no password login
+
+
+def vcpu_sched(host, action: str, **settings) -> tuple[int, str, dict | None]:
+    """playbooks/sched.yml against the host; the readback it saved on the controller."""
+    readback = host[1].parent / f"sched-{action}.json"
+    readback.unlink(missing_ok=True)
+    args = ["-e", f"sched_action={action}", "-e", f"sched_readback_file={readback}"]
+    for key, value in settings.items():
+        args += ["-e", f"sched_{'name' if key == 'sched' else key}={value}"]
+    code, out, _ = playbook(host, "sched.yml", *args)
+    return code, out, json.loads(readback.read_text())["readback"] if code == 0 else None
+
+
+def assert_as_libvirt_set_it_up(readback: dict) -> None:
+    (vcpu,) = readback["vcpus"]
+    assert vcpu["thread"]["policy"] == "SCHED_OTHER" and vcpu["thread"]["priority"] == 0
+    assert vcpu["pinned_to"] == vcpu["affinity"] == GUESTS["hvbench-realtime"][1]
+    assert vcpu["cpu_max"] == "max 100000"
+    assert readback["libvirt"]["vcpu_quota"] in (-1, 17592186044415)  # both mean no limit
+    assert {c["partition"] for c in readback["cpusets"].values()} == {"member"}
+    assert readback["host"]["cpus_left_to_the_host"] == "0-2"
+
+
+@pytest.mark.parametrize(
+    ("settings", "expect"),
+    [
+        ({"sched": "cfs", "budget": 77500}, {"cpu_max": "77500 100000", "vcpu_quota": 77500}),
+        ({"sched": "cfs", "budget": 20000, "period": 50000}, {"cpu_max": "20000 50000"}),
+        ({"sched": "fifo", "priority": 10}, {"policy": "SCHED_FIFO", "priority": 10}),
+        (
+            {"sched": "deadline", "budget": 50000},
+            {"policy": "SCHED_DEADLINE", "runtime_ns": 50_000_000, "period_ns": 100_000_000},
+        ),
+    ],
+)
+def test_vcpu_scheduler_settings_are_applied_read_back_and_undone(host, settings, expect):
+    code, out, readback = vcpu_sched(host, "apply", **settings)
+    assert code == 0, out[-6000:]
+    (vcpu,) = readback["vcpus"]
+    for key, value in expect.items():
+        got = (
+            readback["libvirt"][key]
+            if key == "vcpu_quota"
+            else vcpu.get(key, vcpu["thread"].get(key))
+        )
+        assert got == value, (key, readback)
+    # the kernel's own view (chrt) agrees with the readback
+    chrt = on_host(host, f"chrt -p {vcpu['tid']}")
+    policy = {"cfs": "SCHED_OTHER", "fifo": "SCHED_FIFO", "deadline": "SCHED_DEADLINE"}
+    assert f"policy: {policy[settings['sched']]}" in chrt, chrt
+    if settings["sched"] == "deadline":
+        assert "parameters: 50000000/100000000/100000000" in chrt, chrt
+    if settings["sched"] == "deadline":
+        # pinned to one CPU, the vCPU is admitted only inside its own exclusive partition
+        scope = readback["cpusets"][vcpu["cgroup"].rsplit("/libvirt/", 1)[0]]
+        assert scope == {"cpus": "2", "effective": "2", "partition": "root"}
+        assert readback["host"]["cpus_left_to_the_host"] == "0"
+    code, out, readback = vcpu_sched(host, "reset")
+    assert code == 0, out[-6000:]
+    assert_as_libvirt_set_it_up(readback)
+
+
+def test_deadline_on_a_pinned_vcpu_is_refused_without_a_partition(host):
+    """The reason for the partition: plain pinning gives EPERM (the kernel's root-domain rule)."""
+    code, out, readback = vcpu_sched(host, "read")
+    assert code == 0, out[-6000:]
+    tid = readback["vcpus"][0]["tid"]
+    probe = host[0].ssh(
+        "/opt/hvbench-agent/bin/python -c 'from hvbench_agent.sched import linux, Setting; "
+        f'linux.apply_deadline([{tid}], Setting("deadline", 50000, 100000))\'',
+        check=False,
+    )
+    assert probe.returncode != 0 and "(EPERM)" in probe.stderr, probe.stderr
+
+
+def test_a_setting_the_host_cannot_admit_is_refused_and_changes_nothing(host):
+    code, out, _ = vcpu_sched(host, "apply", sched="deadline", budget=100000)
+    assert code != 0
+    assert "admission control would refuse SCHED=deadline" in out
+    code, out, readback = vcpu_sched(host, "read")
+    assert code == 0, out[-6000:]
+    assert_as_libvirt_set_it_up(readback)
+
+
+def test_make_vcpu_sched_applies_and_resets_through_the_inventory(host):
+    """The make target a user runs: validate here, the playbook there, the readback in build/."""
+    readback = REPO / "build/sched.json"
+    make = ["make", "-s", "vcpu-sched", f"INVENTORY={host[1].parent}"]
+    env = {**os.environ, "ANSIBLE_TIMEOUT": "60"}
+    for args, quota in ((["SCHED=cfs", "BUDGET=30000"], 30000), (["ACTION=reset"], None)):
+        readback.unlink(missing_ok=True)
+        proc = subprocess.run(
+            [*make, *args],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        (vcpu,) = json.loads(readback.read_text())["readback"]["vcpus"]
+        assert vcpu["cpu_max"] == (f"{quota} 100000" if quota else "max 100000")
+    readback.unlink()
+
+
+def test_the_workload_is_installed_where_it_runs(host):
+    """The guest roles' work (here on the host VM itself, see with_workload)."""
+    imports = "import pyflink, ai_edge_litert, confluent_kafka, pandas, tsc_timer, hvbench_job"
+    out = on_host(
+        host, f"/opt/hvbench/venv/bin/python -c '{imports}; print(1)'; java -version 2>&1"
+    )
+    assert out.startswith("1\n") and "openjdk" in out
+    assert "kafka_2.13-4.3.1.jar" in on_host(host, "ls /opt/hvbench/kafka/libs")
+    assert "manifest.json" in on_host(host, "ls /opt/hvbench/model")
+    # tensorflow stays on the controller: the job serves the model with LiteRT
+    assert "no" in on_host(host, "/opt/hvbench/venv/bin/pip show tensorflow-cpu || echo no")
+
+
+def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_path):
+    """make run TARGET=kvm for real: the harness here, Kafka, producers, consumer and the job
+    on the host VM (it plays both guests), the cfs setting on the nested real-time VM's vCPU."""
+    results = tmp_path / "results"
+    # one run id per session: a failed run leaves its work/<run-id> (logs) in the checkout
+    run_id = f"kvm-cfs-{tmp_path.parent.name}"
+    proc = subprocess.run(
+        [
+            "make",
+            "-s",
+            "run",
+            "TARGET=kvm",
+            f"INVENTORY={host[1].parent}",
+            "SCHED=cfs",
+            "BUDGET=50000",
+            "RECORDS=30",
+            "SEND_MS=500",
+            "WARMUP=2",
+            "MALFORMED=2",
+            # the job under TCG takes about 0.5 s a record, slower than they come: a backlog
+            "DRAIN=300",
+            "FORCE_TSC=1",
+            f"RUN_ID={run_id}",
+            f"RESULTS={results}",
+        ],
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
+        stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    meta = json.loads((results / run_id / "meta.json").read_text())
+    counts = meta["counts"]
+    assert (counts["sent"], counts["received"], counts["missing"], counts["duplicated"]) == (
+        30,
+        30,
+        0,
+        0,
+    )
+    assert counts["malformed_dead_lettered"] == 2 and counts["accounted"]
+    assert len(pd.read_csv(results / run_id / "samples.csv")) == 30
+    (vcpu,) = meta["sched"]["readback"]["vcpus"]
+    assert vcpu["cpu_max"] == "50000 100000"
+    assert meta["sched_at_end"]["readback"]["vcpus"][0]["cpu_max"] == "50000 100000"
+    assert meta["requested"]["target"] == "kvm" and meta["sched"]["setting"]["budget_us"] == 50000
+    assert meta["host"]["host"]["hostname"] == "hvbench-host"
+    assert meta["host"]["realtime"]["versions"]["apache-flink"] == "2.3.0"
+    assert meta["kafka"]["bootstrap"].startswith("127.0.0.1:")  # hvbench_private_address
+    assert meta["clock"]["tsc"]["forced"] is not None
+    # the readiness checks ran on the host and the guests; under TCG only the TSC may fail
+    ready = meta["readiness"]
+    assert not ready["refused"] and {f["check"] for f in ready["failed_required"]} <= {"tsc"}
+    host_checks = {c["check"]: c["status"] for c in next(iter(ready["checks"].values()))}
+    assert host_checks["irqbalance"] == "pass" and "governor" in host_checks
+    assert any(f.get("kvm") for f in ready["facts"].values())  # QEMU and libvirt versions
+    # torn down: the setting is reset, nothing is left running, the run's files came back
+    cpu_max = on_host(
+        host,
+        "cat /sys/fs/cgroup/machine.slice/machine-qemu*hvbench*realtime*"
+        ".scope/libvirt/vcpu0/cpu.max",
+    )
+    assert cpu_max.split() == ["max", "100000"]
+    left = on_host(host, "pgrep -af '[h]vbench_|[k]afka.Kafka|[P]ythonGatewayServer' || true")
+    assert left.strip() == ""
+    assert on_host(host, "ls /var/lib/hvbench/work").strip() == ""
+    assert (results / run_id / "logs/job.out").exists()
+
+
+def test_make_check_enforces_the_tuning_and_checks_every_machine(host):
+    """make check on the testbed: ENFORCE=1 applies make provision's tuning (nothing left to
+    change), then the host and the guests are checked. Under TCG the TSC lacks nonstop_tsc,
+    a required check, so make check fails and says so."""
+    proc = subprocess.run(
+        ["make", "-s", "check", f"INVENTORY={host[1].parent}", "ENFORCE=1"],
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    out = proc.stdout
+    assert "changed=0" in out, out[-4000:] + proc.stderr[-2000:]
+    # "<mark> <machine> <check> <required|advised> <found>", one line per machine and check
+    rows = re.findall(r"^(ok  |FAIL|warn|n/a ) (.+?)\s+(\w+)\s+(required|advised) ", out, re.M)
+    machines = {machine for _, machine, _, _ in rows}
+    assert len(machines) >= 2, out[-3000:]  # the host and its guests
+    assert {check for _, _, check, _ in rows} >= {"tsc", "governor", "cstates", "irqbalance"}
+    failed = [check for mark, _, check, _ in rows if mark == "FAIL"]
+    assert (proc.returncode != 0) == bool(failed), out[-3000:]  # make exits 2 on a failure
+    assert set(failed) <= {"tsc"}, out[-3000:]
+
+
+def test_a_bad_setting_is_refused_on_the_host_too(host):
+    code, out, _ = vcpu_sched(host, "apply", sched="cfs", budget=120000)
+    assert code != 0 and "BUDGET 120000 us > PERIOD 100000 us" in out
+
+
+def test_teardown_leaves_the_host_clean(host):
+    # a setting left applied changes the host's own cpusets: teardown undoes it
+    code, out, _ = vcpu_sched(host, "apply", sched="deadline", budget=50000)
+    assert code == 0, out[-6000:]
+    code, out, counts = playbook(host, "teardown.yml")
+    assert code == 0 and counts["changed"] > 0, out[-6000:]
+    assert re.search(r"TASK \[Undo a vCPU scheduler setting[^\n]*\n+changed: \[testhost\]", out), (
+        out
+    )
+    assert on_host(host, "virsh list --all --name").split() == []
+    assert "hvbench" not in on_host(host, "virsh net-list --all --name")
+    assert "No such file" in on_host(host, "ls /var/lib/hvbench 2>&1 || true")
+    assert on_host(host, "cat /sys/fs/cgroup/cpuset.cpus.effective").strip() == "0-2"
+    # systemd removes machine.slice once no guest is left; if it is still there it is a member
+    partition = "cat /sys/fs/cgroup/machine.slice/cpuset.cpus.partition 2>/dev/null || echo gone"
+    assert on_host(host, partition).strip() in ("member", "gone")
