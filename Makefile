@@ -259,11 +259,13 @@ report: $(STAMP) ## figures and tables into OUT=report [RUNS=a,rtds-* REF=sched=
 	$(HVBENCH) report --results $(REPORT_RESULTS) --out $(REPORT_OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))
 
 # The provisioning tests boot a QEMU guest as the bare-metal host (TCG) and build images with
-# mmdebstrap from the distribution's mirror.
+# mmdebstrap from the distribution's mirror; the KVM module reaches this machine through an
+# sshd of its own (openssh-server), as the machine that plays the guests.
 testbed-tools:
 	@command -v qemu-system-x86_64 >/dev/null && command -v mmdebstrap >/dev/null \
-		&& command -v qemu-img >/dev/null && command -v ssh >/dev/null \
-		|| { apt-get update -q && apt-get install -y -q qemu-system-x86 qemu-utils mmdebstrap e2fsprogs openssh-client; }
+		&& command -v qemu-img >/dev/null && command -v ssh >/dev/null && test -x /usr/sbin/sshd \
+		|| { apt-get update -q && apt-get install -y -q qemu-system-x86 qemu-utils mmdebstrap e2fsprogs \
+			openssh-client openssh-server; }
 
 # Test tiers (docs/testing.md). make test: lint, unit and the real Kafka + Flink integration,
 # within 10 minutes on 2 cores. make test-testbed: QEMU guests play the bare-metal host and

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from hostvm import HostVM, agent_wheel, build_image, run_playbook
+from hostvm import ControllerSSH, HostVM, agent_wheel, build_image, run_playbook
 
 pytestmark = pytest.mark.testbed
 
@@ -54,18 +54,25 @@ def small_testbed_vars(key: Path, bundle: Path | None = None) -> dict:
     }
 
 
-def with_workload(inventory: Path) -> None:
-    """The host VM itself plays the messaging VM and the real-time VM: the guest roles and the
-    workload run there, not in the nested guests (a JVM and PyFlink in a KVM guest nested in a
-    TCG guest would take far too long here). The scheduler setting still goes to the nested
-    real-time VM's vCPUs, which run (idle) throughout."""
+def with_workload(inventory: Path, controller: ControllerSSH) -> None:
+    """This machine (the controller, over its test sshd) plays the messaging VM and the
+    real-time VM: the guest roles install the workload here, and make run starts its parts here
+    over SSH, as on a testbed. Under TCG (the host VM or its nested guests) a JVM and PyFlink
+    take minutes to start and the roles' pip installs many more; the guest roles are the same
+    on any Debian 12 machine. The scheduler setting still goes to the nested real-time VM's
+    vCPUs, which run (idle) throughout."""
     doc = json.loads(inventory.read_text())
-    # One CPU for the run's parts: a JVM here crashed (SIGSEGV in JIT-compiled code) when its
-    # threads ran on several of TCG's vCPUs, which do not see each other's code writes reliably.
-    here = {"hvbench_private_address": "127.0.0.1", "hvbench_workload_cpus": "0"}
+    here = controller.inventory_host(hvbench_private_address="127.0.0.1")
     for group in ("messaging_vms", "realtime_vms"):
-        doc[group] = {"hosts": {"testhost": here}}
+        doc[group] = {"hosts": {"controller": here}}
     inventory.write_text(json.dumps(doc))
+
+
+def workload_dirs(host) -> tuple[Path, Path]:
+    """Where the guest roles install on this machine and where runs keep their files: the
+    test's own folders (hvbench_install_dir, hvbench_run_dir)."""
+    base = host[1].parent.parent / "workload"
+    return base / "opt", base / "run"
 
 
 def guest_bundle(out: Path, model: Path, data: Path) -> Path:
@@ -105,10 +112,20 @@ def host(tmp_path_factory, small_model, small_data):
     os.symlink(REPO / "inventory/sample/group_vars", inventory / "group_vars")
     # hosts.yml (JSON is YAML) so that make's INVENTORY= can name the directory
     vm.inventory(inventory / "hosts.yml", "kvm_hosts")
-    with_workload(inventory / "hosts.yml")
+    controller = ControllerSSH(work / "controller", vm.key)
+    try:
+        controller.start()
+    except BaseException:
+        vm.kill()
+        raise
+    with_workload(inventory / "hosts.yml", controller)
     extra = work / "test-vars.yml"
-    extra.write_text(yaml.safe_dump(small_testbed_vars(vm.key, bundle)))
+    install_dir, run_dir = workload_dirs((vm, inventory / "hosts.yml", extra))
+    test_vars = small_testbed_vars(vm.key, bundle)
+    test_vars.update(hvbench_install_dir=str(install_dir), hvbench_run_dir=str(run_dir))
+    extra.write_text(yaml.safe_dump(test_vars))
     yield vm, inventory / "hosts.yml", extra
+    controller.stop()
     vm.stop()
 
 
@@ -303,22 +320,29 @@ def test_make_vcpu_sched_applies_and_resets_through_the_inventory(host):
     readback.unlink()
 
 
+def here(command: str) -> str:
+    """A shell command on this machine, which plays the guests (see with_workload)."""
+    return subprocess.run(command, shell=True, capture_output=True, text=True).stdout
+
+
 def test_the_workload_is_installed_where_it_runs(host):
-    """The guest roles' work (here on the host VM itself, see with_workload)."""
+    """The guest roles' work (here, on the machine that plays the guests, see with_workload)."""
+    install_dir, _ = workload_dirs(host)
     imports = "import pyflink, ai_edge_litert, confluent_kafka, pandas, tsc_timer, hvbench_job"
-    out = on_host(
-        host, f"/opt/hvbench/venv/bin/python -c '{imports}; print(1)'; java -version 2>&1"
-    )
+    out = here(f"{install_dir}/venv/bin/python -c '{imports}; print(1)'; java -version 2>&1")
     assert out.startswith("1\n") and "openjdk" in out
-    assert "kafka_2.13-4.3.1.jar" in on_host(host, "ls /opt/hvbench/kafka/libs")
-    assert "manifest.json" in on_host(host, "ls /opt/hvbench/model")
-    # tensorflow stays on the controller: the job serves the model with LiteRT
-    assert "no" in on_host(host, "/opt/hvbench/venv/bin/pip show tensorflow-cpu || echo no")
+    assert "kafka_2.13-4.3.1.jar" in here(f"ls {install_dir}/kafka/libs")
+    assert "manifest.json" in here(f"ls {install_dir}/model")
+    # tensorflow is not in the workload's venv: the job serves the model with LiteRT
+    assert "no" in here(f"{install_dir}/venv/bin/pip show tensorflow-cpu || echo no")
+    # the guest roles did not touch the host VM, whose nested guests they stand for
+    assert "No such file" in on_host(host, "ls /opt/hvbench 2>&1 || true")
 
 
 def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_path):
     """make run TARGET=kvm for real: the harness here, Kafka, producers, consumer and the job
-    on the host VM (it plays both guests), the cfs setting on the nested real-time VM's vCPU."""
+    started over SSH on the machine that plays both guests (see with_workload), the cfs setting
+    on the nested real-time VM's vCPU on the host VM, through its agent."""
     results = tmp_path / "results"
     # one run id per session: a failed run leaves its work/<run-id> (logs) in the checkout
     run_id = f"kvm-cfs-{tmp_path.parent.name}"
@@ -331,12 +355,11 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
             f"INVENTORY={host[1].parent}",
             "SCHED=cfs",
             "BUDGET=50000",
-            "RECORDS=30",
+            "RECORDS=60",
             "SEND_MS=500",
             "WARMUP=2",
             "MALFORMED=2",
-            # the job under TCG takes about 0.5 s a record, slower than they come: a backlog
-            "DRAIN=300",
+            "DRAIN=60",
             "FORCE_TSC=1",
             f"RUN_ID={run_id}",
             f"RESULTS={results}",
@@ -352,13 +375,13 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     meta = json.loads((results / run_id / "meta.json").read_text())
     counts = meta["counts"]
     assert (counts["sent"], counts["received"], counts["missing"], counts["duplicated"]) == (
-        30,
-        30,
+        60,
+        60,
         0,
         0,
     )
     assert counts["malformed_dead_lettered"] == 2 and counts["accounted"]
-    assert len(pd.read_csv(results / run_id / "samples.csv")) == 30
+    assert len(pd.read_csv(results / run_id / "samples.csv")) == 60
     (vcpu,) = meta["sched"]["readback"]["vcpus"]
     assert vcpu["cpu_max"] == "50000 100000"
     assert meta["sched_at_end"]["readback"]["vcpus"][0]["cpu_max"] == "50000 100000"
@@ -380,9 +403,9 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
         ".scope/libvirt/vcpu0/cpu.max",
     )
     assert cpu_max.split() == ["max", "100000"]
-    left = on_host(host, "pgrep -af '[h]vbench_|[k]afka.Kafka|[P]ythonGatewayServer' || true")
-    assert left.strip() == ""
-    assert on_host(host, "ls /var/lib/hvbench/work").strip() == ""
+    install_dir, run_dir = workload_dirs(host)
+    assert here(f"pgrep -af '{install_dir}' || true").strip() == ""  # every part stopped
+    assert list(run_dir.iterdir()) == []
     assert (results / run_id / "logs/job.out").exists()
 
 

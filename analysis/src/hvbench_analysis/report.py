@@ -22,6 +22,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -104,9 +105,7 @@ class Page:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m hvbench_analysis.report", description=__doc__.split("\n")[0]
-    )
+    p = argparse.ArgumentParser(prog="hvbench report", description=__doc__.split("\n")[0])
     p.add_argument("--results", default="results", help="the folder holding run directories")
     p.add_argument("--runs", default="", help="comma-separated run names or globs (default all)")
     p.add_argument("--out", default="report")
@@ -122,21 +121,55 @@ def curves(groups: list[tuple[dict, pd.DataFrame]]) -> list[tuple[str, np.ndarra
     return [(config_label(tags), group["latency_ns"].to_numpy()) for tags, group in groups]
 
 
+class OutDirs(NamedTuple):
+    """Where the report writes its figures, tables and HdrHistogram logs."""
+
+    figures: Path
+    tables: Path
+    hdr: Path
+
+
 def build(args: argparse.Namespace) -> tuple[Runs, Path]:
+    """The report of the runs args picks: index.html and its figures, tables and logs."""
     started = time.perf_counter()
-    results = Path(args.results)
+    results, out = Path(args.results), Path(args.out)
     names = [n.strip() for n in args.runs.split(",") if n.strip()]
+    runs = read_runs(results, names)
+    dirs = OutDirs(out / "figures", out / "tables", out / "hdr")
+    measured = runs.measured
+    page = Page("hvbench latency report")
+    intro_section(page, runs, results)
+    campaign_section(page, results, dirs.tables, runs, picked=bool(names))
+    percentile_section(page, measured, args, dirs)
+    max_section(page, measured, args, dirs)
+    intended_section(page, measured, dirs)
+    repetition_sections(page, measured, args, dirs)
+    ecdf_section(page, measured, args, dirs)
+    density_section(page, measured, dirs)
+    runs_section(page, runs, args, dirs)
+    page.p(
+        f"HdrHistogram interval logs per run: hdr/<run>.hlog. Built in "
+        f"{time.perf_counter() - started:.1f} s.",
+        "note",
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "index.html").write_text(page.render())
+    return runs, out
+
+
+def read_runs(results: Path, names: list[str]) -> Runs:
+    """The runs to report (warm-up records kept, marked); SystemExit when there are none."""
     if not results.is_dir():
         raise SystemExit(f"report: no results folder {results}")
-    directories = run_dirs(results, names)
-    out = Path(args.out)
-    runs = load_runs(directories, include_warmup=True)
+    runs = load_runs(run_dirs(results, names), include_warmup=True)
     if runs.runs.empty:
         reasons = "; ".join(f"{n}: {r}" for n, r in runs.skipped) or "no run directories"
         raise SystemExit(f"report: no readable runs in {results} ({reasons})")
-    figures_dir, tables_dir, hdr_dir = out / "figures", out / "tables", out / "hdr"
-    measured = runs.measured
-    page = Page("hvbench latency report")
+    return runs
+
+
+def intro_section(page: Page, runs: Runs, results: Path) -> None:
+    """What the page covers, how latency is measured, and the runs with problems."""
     page.p(
         f"{len(runs.runs)} run(s) from {results}, generated "
         f"{datetime.now(UTC).isoformat(timespec='seconds')}. Latency is end-to-end: the "
@@ -157,18 +190,25 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
             + html.escape("; ".join(f"{n}: {r}" for n, r in runs.skipped))
             + "</p>"
         )
-    campaign_section(page, results, tables_dir, runs, picked=bool(names))
 
-    # Tables
+
+def percentile_section(
+    page: Page, measured: pd.DataFrame, args: argparse.Namespace, dirs: OutDirs
+) -> None:
     page.h(2, "Latency percentiles per configuration (repetitions pooled)")
     by_config = tables.percentile_table(measured, "config", args.deadline_ms)
     page.table(by_config, "percentiles_by_config")
-    tables.write(by_config, tables_dir, "percentiles_by_config")
+    tables.write(by_config, dirs.tables, "percentiles_by_config")
     if args.deadline_ms is not None:
         page.p(f"over_deadline_pct: share of records later than {args.deadline_ms:g} ms.", "note")
     by_run = tables.percentile_table(measured, "run", args.deadline_ms)
-    tables.write(by_run, tables_dir, "percentiles_by_run")
+    tables.write(by_run, dirs.tables, "percentiles_by_run")
 
+
+def max_section(
+    page: Page, measured: pd.DataFrame, args: argparse.Namespace, dirs: OutDirs
+) -> None:
+    """The paper's maximum-latency tables (4, 5, 6), with intervals over repetitions."""
     page.h(2, "Maximum latency")
     for name, caption, table in (
         (
@@ -185,7 +225,7 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     ):
         page.h(3, caption)
         page.table(table, name)
-        tables.write(table, tables_dir, name)
+        tables.write(table, dirs.tables, name)
     if any(group["run_id"].nunique() > 1 for _, group in tables.by_config(measured)):
         page.p(
             "Max: the largest sample of all runs of the configuration. Mean max and mean p99: "
@@ -194,6 +234,8 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
             "note",
         )
 
+
+def intended_section(page: Page, measured: pd.DataFrame, dirs: OutDirs) -> None:
     page.h(2, "Latency from the intended send next to the actual send")
     page.p(
         "Producers send open-loop on a schedule; latency from the intended time includes any "
@@ -202,8 +244,13 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     )
     co = tables.intended_vs_actual(measured)
     page.table(co, "intended_vs_actual")
-    tables.write(co, tables_dir, "intended_vs_actual")
+    tables.write(co, dirs.tables, "intended_vs_actual")
 
+
+def repetition_sections(
+    page: Page, measured: pd.DataFrame, args: argparse.Namespace, dirs: OutDirs
+) -> None:
+    """Means over repetitions with intervals, and the comparison with REF when it is given."""
     per_run = compare.per_run(measured, args.deadline_ms)
     reps = compare.repetitions(per_run, seed=args.seed)
     page.h(2, "Repetitions: mean over runs with 95 % bootstrap intervals")
@@ -212,27 +259,33 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     else:
         shown = reps_table(reps)
         page.table(shown, "repetitions")
-        tables.write(shown, tables_dir, "repetitions")
-    if args.ref:
-        reference = compare.parse_selector(args.ref)
-        page.h(2, f"Against the reference {args.ref}")
-        against = compare.against_reference(measured, per_run, reference, seed=args.seed)
-        shown = against_table(against)
-        page.table(shown, "against_reference", digits=3)
-        tables.write(shown, tables_dir, "against_reference", digits=3)
-        page.p(
-            "Differences are means over runs (configuration − reference) with 95 % bootstrap "
-            "intervals over runs (both sides need repetitions); KS: two-sample Kolmogorov–"
-            "Smirnov on the pooled samples (D, and a p-value that assumes independent samples).",
-            "note",
-        )
+        tables.write(shown, dirs.tables, "repetitions")
+    if not args.ref:
+        return
+    reference = compare.parse_selector(args.ref)
+    page.h(2, f"Against the reference {args.ref}")
+    against = compare.against_reference(measured, per_run, reference, seed=args.seed)
+    shown = against_table(against)
+    page.table(shown, "against_reference", digits=3)
+    tables.write(shown, dirs.tables, "against_reference", digits=3)
+    page.p(
+        "Differences are means over runs (configuration − reference) with 95 % bootstrap "
+        "intervals over runs (both sides need repetitions); KS: two-sample Kolmogorov–"
+        "Smirnov on the pooled samples (D, and a p-value that assumes independent samples).",
+        "note",
+    )
 
-    # Figures
+
+def ecdf_section(
+    page: Page, measured: pd.DataFrame, args: argparse.Namespace, dirs: OutDirs
+) -> None:
+    """ECDFs: all configurations, each scheduler's family, each configuration's repetitions,
+    and the bands over repetitions."""
     configs = tables.by_config(measured)
     page.h(2, "ECDF")
     png = figures.save(
         figures.ecdf(curves(configs), "All configurations", args.xlim_ms),
-        figures_dir,
+        dirs.figures,
         "ecdf_all",
     )
     page.figure(png, "ECDF of end-to-end latency, all configurations", "ecdf_all")
@@ -244,112 +297,111 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
             name = safe_name(f"ecdf_{target}_{sched}")
             png = figures.save(
                 figures.ecdf(curves(members), f"{target} / {sched}", args.xlim_ms),
-                figures_dir,
+                dirs.figures,
                 name,
             )
             page.figure(png, f"ECDF, {target} / {sched}", name)
-    for tags, group in tables.by_config(measured):
+    for tags, group in configs:
         if group["run_id"].nunique() > 1:
-            per_rep = [
-                (f"rep {g['rep'].iloc[0]} ({run_id})", g["latency_ns"].to_numpy())
-                for run_id, g in group.groupby("run_id", observed=True)
-            ]
-            name = safe_name(f"ecdf_reps_{config_label(tags)}")
-            png = figures.save(
-                figures.ecdf(per_rep, f"Repetitions of {config_label(tags)}", args.xlim_ms),
-                figures_dir,
-                name,
-            )
-            page.figure(png, f"ECDF per repetition, {config_label(tags)}", name)
-    band_figures(page, configs, families, figures_dir, args.seed)
+            repetition_ecdf(page, tags, group, args, dirs)
+    band_figures(page, configs, families, dirs.figures, args.seed)
 
+
+def repetition_ecdf(
+    page: Page, tags: dict, group: pd.DataFrame, args: argparse.Namespace, dirs: OutDirs
+) -> None:
+    per_rep = [
+        (f"rep {g['rep'].iloc[0]} ({run_id})", g["latency_ns"].to_numpy())
+        for run_id, g in group.groupby("run_id", observed=True)
+    ]
+    name = safe_name(f"ecdf_reps_{config_label(tags)}")
+    png = figures.save(
+        figures.ecdf(per_rep, f"Repetitions of {config_label(tags)}", args.xlim_ms),
+        dirs.figures,
+        name,
+    )
+    page.figure(png, f"ECDF per repetition, {config_label(tags)}", name)
+
+
+def density_section(page: Page, measured: pd.DataFrame, dirs: OutDirs) -> None:
     page.h(2, "Density per configuration")
     png = figures.save(
-        figures.density(curves(configs), "Latency density"),
-        figures_dir,
+        figures.density(curves(tables.by_config(measured)), "Latency density"),
+        dirs.figures,
         "density",
     )
     page.figure(png, "Density of log latency per configuration", "density")
 
-    # Runs
+
+RUN_FACTS = [
+    *("run_id", "target", "sched", "period", "budget", "cap", "rate", "rep", "sent"),
+    *("received", "missing", "duplicated", "accounted", "clock", "tsc_hz", "clocksource"),
+]
+
+
+def runs_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutDirs) -> None:
+    """The runs' facts as a table, then each run: its counts, clock, readback and figure."""
     page.h(2, "Runs")
-    facts = runs.runs[
-        [
-            "run_id",
-            "target",
-            "sched",
-            "period",
-            "budget",
-            "cap",
-            "rate",
-            "rep",
-            "sent",
-            "received",
-            "missing",
-            "duplicated",
-            "accounted",
-            "clock",
-            "tsc_hz",
-            "clocksource",
-        ]
-    ]
-    page.table(facts, "runs", digits=0)
+    page.table(runs.runs[RUN_FACTS], "runs", digits=0)
     tables.write(
-        runs.runs.drop(columns=["sched_readback", "sched_readback_at_end"]), tables_dir, "runs"
+        runs.runs.drop(columns=["sched_readback", "sched_readback_at_end"]), dirs.tables, "runs"
     )
     for row in runs.runs.itertuples():
-        page.h(3, f"{row.run_id}: {config_label(row._asdict())}")
-        counts = (
-            f"sent {row.sent}, received {row.received}, missing {row.missing}, "
-            f"duplicated {row.duplicated}"
-        )
-        if row.problems:
-            page.raw(f'<p class="flag">{html.escape(row.problems)} ({html.escape(counts)})</p>')
-        else:
-            page.p(f"Every record accounted for: {counts}.")
-        page.p(
-            f"Clock: {row.clock}, {row.tsc_hz or 0:,.0f} Hz ({row.tsc_source}); kernel "
-            f"clocksource {row.clocksource}; warm-up excluded {row.warmup_excluded_s} s.",
-            "note",
-        )
-        page.raw(
-            "<details><summary>Scheduler settings read back</summary><pre>"
-            + html.escape(
-                json.dumps(
-                    {"at start": row.sched_readback, "at end": row.sched_readback_at_end}, indent=1
-                )
-            )
-            + "</pre></details>"
-        )
-        samples = runs.samples[runs.samples["run_id"] == row.run_id]
-        name = safe_name(f"over_time_{row.run_id}")
-        png = figures.save(
-            figures.over_time(
-                samples["time_s"].to_numpy(),
-                samples["latency_ns"].to_numpy(),
-                samples["warmup"].to_numpy(),
-                f"{row.run_id}: latency over time",
-            ),
-            figures_dir,
-            name,
-        )
-        page.figure(png, f"Latency over time, {row.run_id}", name)
-        started_at = pd.Timestamp(row.started_at).timestamp() if row.started_at else 0.0
-        hdr.write_log(
-            hdr_dir / f"{safe_name(row.run_id)}.hlog",
-            samples["time_s"].to_numpy(),
-            samples["latency_ns"].to_numpy(),
-            started_at,
-            args.hdr_interval_s,
-        )
+        run_facts(page, row)
+        run_over_time(page, row, runs.samples[runs.samples["run_id"] == row.run_id], args, dirs)
+
+
+def run_facts(page: Page, row) -> None:
+    """One run's heading, its counts (flagged when not accounted), clock and readback."""
+    page.h(3, f"{row.run_id}: {config_label(row._asdict())}")
+    counts = (
+        f"sent {row.sent}, received {row.received}, missing {row.missing}, "
+        f"duplicated {row.duplicated}"
+    )
+    if row.problems:
+        page.raw(f'<p class="flag">{html.escape(row.problems)} ({html.escape(counts)})</p>')
+    else:
+        page.p(f"Every record accounted for: {counts}.")
     page.p(
-        f"HdrHistogram interval logs per run: hdr/<run>.hlog. Built in "
-        f"{time.perf_counter() - started:.1f} s.",
+        f"Clock: {row.clock}, {row.tsc_hz or 0:,.0f} Hz ({row.tsc_source}); kernel "
+        f"clocksource {row.clocksource}; warm-up excluded {row.warmup_excluded_s} s.",
         "note",
     )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "index.html").write_text(page.render())
-    return runs, out
+    page.raw(
+        "<details><summary>Scheduler settings read back</summary><pre>"
+        + html.escape(
+            json.dumps(
+                {"at start": row.sched_readback, "at end": row.sched_readback_at_end}, indent=1
+            )
+        )
+        + "</pre></details>"
+    )
+
+
+def run_over_time(
+    page: Page, row, samples: pd.DataFrame, args: argparse.Namespace, dirs: OutDirs
+) -> None:
+    """One run's latency over time (figure) and its HdrHistogram interval log."""
+    name = safe_name(f"over_time_{row.run_id}")
+    png = figures.save(
+        figures.over_time(
+            samples["time_s"].to_numpy(),
+            samples["latency_ns"].to_numpy(),
+            samples["warmup"].to_numpy(),
+            f"{row.run_id}: latency over time",
+        ),
+        dirs.figures,
+        name,
+    )
+    page.figure(png, f"Latency over time, {row.run_id}", name)
+    started_at = pd.Timestamp(row.started_at).timestamp() if row.started_at else 0.0
+    hdr.write_log(
+        dirs.hdr / f"{safe_name(row.run_id)}.hlog",
+        samples["time_s"].to_numpy(),
+        samples["latency_ns"].to_numpy(),
+        started_at,
+        args.hdr_interval_s,
+    )
 
 
 def campaign_section(page: Page, results: Path, tables_dir: Path, runs: Runs, picked: bool) -> None:
