@@ -604,6 +604,9 @@ class ControllerSSH:
             "ansible_user": "root",
             "ansible_ssh_private_key_file": str(self.key),
             "ansible_ssh_common_args": " ".join(self.ssh_options()[2:]),
+            # the distribution's Python for Ansible's modules: a shell here may put other
+            # Pythons first on the PATH (pyenv's shims), which discovery would pick
+            "ansible_python_interpreter": "/usr/bin/python3",
             **host_vars,
         }
 
