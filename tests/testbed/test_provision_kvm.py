@@ -62,17 +62,26 @@ def with_workload(inventory: Path, controller: ControllerSSH) -> None:
     on any Debian 12 machine. The scheduler setting still goes to the nested real-time VM's
     vCPUs, which run (idle) throughout."""
     doc = json.loads(inventory.read_text())
-    here = controller.inventory_host(hvbench_private_address="127.0.0.1")
+    # host variables, so that every playbook sees them (make run's testbed.yml too) and they
+    # win over the inventory's group_vars/all.yml
+    install_dir, run_dir = workload_dirs_of(inventory)
+    dirs = {"hvbench_install_dir": str(install_dir), "hvbench_run_dir": str(run_dir)}
+    doc["kvm_hosts"]["hosts"]["testhost"].update(dirs)
+    here = controller.inventory_host(hvbench_private_address="127.0.0.1", **dirs)
     for group in ("messaging_vms", "realtime_vms"):
         doc[group] = {"hosts": {"controller": here}}
     inventory.write_text(json.dumps(doc))
 
 
-def workload_dirs(host) -> tuple[Path, Path]:
+def workload_dirs_of(inventory: Path) -> tuple[Path, Path]:
     """Where the guest roles install on this machine and where runs keep their files: the
     test's own folders (hvbench_install_dir, hvbench_run_dir)."""
-    base = host[1].parent.parent / "workload"
+    base = inventory.parent.parent / "workload"
     return base / "opt", base / "run"
+
+
+def workload_dirs(host) -> tuple[Path, Path]:
+    return workload_dirs_of(host[1])
 
 
 def guest_bundle(out: Path, model: Path, data: Path) -> Path:
@@ -120,10 +129,7 @@ def host(tmp_path_factory, small_model, small_data):
         raise
     with_workload(inventory / "hosts.yml", controller)
     extra = work / "test-vars.yml"
-    install_dir, run_dir = workload_dirs((vm, inventory / "hosts.yml", extra))
-    test_vars = small_testbed_vars(vm.key, bundle)
-    test_vars.update(hvbench_install_dir=str(install_dir), hvbench_run_dir=str(run_dir))
-    extra.write_text(yaml.safe_dump(test_vars))
+    extra.write_text(yaml.safe_dump(small_testbed_vars(vm.key, bundle)))
     yield vm, inventory / "hosts.yml", extra
     controller.stop()
     vm.stop()
