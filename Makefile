@@ -182,6 +182,7 @@ rerun: $(STAMP) ## RUN=<run-id>: repeat a run from its results and compare the t
 
 lint: $(STAMP) ## ruff, ansible-lint (production profile), playbook syntax, campaign files
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-lint --offline -q --profile production playbooks/ roles/ inventory/
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-playbook --syntax-check playbooks/*.yml
 	$(PY) -m hvbench_harness.campaign validate campaigns/*.yml

@@ -185,7 +185,7 @@ def pipeline(
     return {"exit": code, "counts": meta.get("counts"), "latency": meta.get("latency")}
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="artifacts/forecaster")
     p.add_argument("--data", default="data/pems")
@@ -195,21 +195,11 @@ def main() -> int:
     p.add_argument("--ramp-seconds", type=float, default=30.0, help="of each rate step")
     p.add_argument("--warmup-seconds", type=float, default=60.0, help="of each rate step")
     p.add_argument("--step-seconds", type=float, default=60.0, help="measured, per rate step")
-    args = p.parse_args()
-    tsc_timer.calibrate()
+    return p.parse_args()
 
-    noise = wake_noise(args.noise_seconds)
-    warmup_60 = int(60 * args.warmup_seconds)
-    records_60 = warmup_60 + int(60 * args.seconds)
-    echo_ms = kafka_echo(REPO / "build/kafka/libs", records_60, 60.0, warmup_60)
-    echo = {
-        "n": len(echo_ms),
-        "p50_ms": float(np.percentile(echo_ms, 50)),
-        "p99_ms": float(np.percentile(echo_ms, 99)),
-        "p99.9_ms": float(np.percentile(echo_ms, 99.9)),
-        "max_ms": float(echo_ms.max()),
-    }
-    at_60 = pipeline(args, records_60, 100.0, args.warmup_seconds, "bench-60")
+
+def rate_steps(args: argparse.Namespace) -> list[dict]:
+    """The pipeline at rising rates, until p99 passes 50 ms or nothing is measured."""
     steps = []
     for rate in (float(r) for r in args.rates.split(",")):
         # the ramp sends (1 + 0.1) / 2 of the full rate on average
@@ -225,15 +215,10 @@ def main() -> int:
         steps.append({"rate": rate, **result})
         if not result["latency"] or result["latency"]["p99_ms"] > 50:
             break
-    passing = [
-        s["rate"]
-        for s in steps
-        if s["latency"] and s["latency"]["p99_ms"] <= 50 and s["counts"]["accounted"]
-    ]
-    best = max(passing, default=0.0)
+    return steps
 
-    lat = at_60["latency"] or {}
-    ratio = lat.get("p50_ms", float("nan")) / echo["p50_ms"]
+
+def print_figures(noise: dict, echo: dict, lat: dict, steps: list[dict]) -> None:
     print("\npipeline")
     print(
         f"  this machine's wake-up noise ({noise['wakeups']} sleeps of 1 ms, "
@@ -257,6 +242,33 @@ def main() -> int:
             f"  {s['rate']:>6.0f} rec/s: p50 {sl.get('p50_ms', 0):.2f} ms  "
             f"p99 {sl.get('p99_ms', 0):.2f} ms  accounted {accounted}"
         )
+
+
+def main() -> int:
+    args = parse_args()
+    tsc_timer.calibrate()
+    noise = wake_noise(args.noise_seconds)
+    warmup_60 = int(60 * args.warmup_seconds)
+    records_60 = warmup_60 + int(60 * args.seconds)
+    echo_ms = kafka_echo(REPO / "build/kafka/libs", records_60, 60.0, warmup_60)
+    echo = {
+        "n": len(echo_ms),
+        "p50_ms": float(np.percentile(echo_ms, 50)),
+        "p99_ms": float(np.percentile(echo_ms, 99)),
+        "p99.9_ms": float(np.percentile(echo_ms, 99.9)),
+        "max_ms": float(echo_ms.max()),
+    }
+    at_60 = pipeline(args, records_60, 100.0, args.warmup_seconds, "bench-60")
+    steps = rate_steps(args)
+    passing = [
+        s["rate"]
+        for s in steps
+        if s["latency"] and s["latency"]["p99_ms"] <= 50 and s["counts"]["accounted"]
+    ]
+    best = max(passing, default=0.0)
+    lat = at_60["latency"] or {}
+    ratio = lat.get("p50_ms", float("nan")) / echo["p50_ms"]
+    print_figures(noise, echo, lat, steps)
     goals = [
         (f"pipeline p50 / echo p50 ≤ 3 (measured {ratio:.2f})", ratio <= 3),
         (
@@ -268,21 +280,16 @@ def main() -> int:
     for goal, met in goals:
         print(f"  goal {goal}: {'met' if met else 'MISSED'}")
     OUT.mkdir(exist_ok=True)
-    (OUT / "pipeline.json").write_text(
-        json.dumps(
-            {
-                "wake_noise": noise,
-                "echo": echo,
-                "pipeline_60": at_60,
-                "steps": steps,
-                "ratio_p50": ratio,
-                "max_rate_p99_50ms": best,
-                "goals": dict(goals),
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    figures = {
+        "wake_noise": noise,
+        "echo": echo,
+        "pipeline_60": at_60,
+        "steps": steps,
+        "ratio_p50": ratio,
+        "max_rate_p99_50ms": best,
+        "goals": dict(goals),
+    }
+    (OUT / "pipeline.json").write_text(json.dumps(figures, indent=1) + "\n")
     return 0
 
 

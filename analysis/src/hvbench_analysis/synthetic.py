@@ -38,6 +38,39 @@ def write_run(
     latency = np.asarray(latency_ns, dtype=np.int64)
     if send_period_ns is None:
         send_period_ns = round(producer_period_ms * 1e6 / len(DETECTORS))
+    samples = _samples(latency, warmup, missing, send_period_ns, intended_lag_ns)
+    requested = {
+        "target": target,
+        "sched": sched,
+        "budget_us": budget,
+        "period_us": period,
+        "cap": cap,
+        "rep": rep,
+        "campaign": campaign,
+        "records": len(samples),
+        "producer_period_ms": producer_period_ms,
+        "producers": len(DETECTORS),
+    }
+    meta = {
+        "run_id": directory.name,
+        "requested": requested,
+        "started_at": started_at,
+        "sched": {"applied": sched, "readback": {"budget_us": budget, "period_us": period}},
+        "clock": {"tsc": {"hz": 2.6e9, "source": "synthetic", "clocksource": "tsc"}},
+        "counts": _counts(len(samples), missing),
+        "warmup_excluded_s": warmup * send_period_ns / 1e9,
+    }
+    return results.write_run(directory, meta, samples, float_format="%.0f")
+
+
+def _samples(
+    latency: np.ndarray,
+    warmup: int,
+    missing: int,
+    send_period_ns: int,
+    intended_lag_ns: np.ndarray | None,
+) -> pd.DataFrame:
+    """Warm-up records (1 s each), then `latency`, then `missing` records never received."""
     n = warmup + len(latency) + missing
     seq = np.arange(n)
     intended = 1_000_000_000_000 + seq * send_period_ns
@@ -51,7 +84,7 @@ def write_run(
     if missing:
         received[-missing:] = np.nan
         copies[-missing:] = 0
-    samples = pd.DataFrame(
+    return pd.DataFrame(
         {
             "detector": [DETECTORS[i % 6] for i in range(n)],
             "seq": seq // 6,
@@ -66,31 +99,14 @@ def write_run(
             "dead_lettered": False,
         }
     )
-    meta = {
-        "run_id": directory.name,
-        "requested": {
-            "target": target,
-            "sched": sched,
-            "budget_us": budget,
-            "period_us": period,
-            "cap": cap,
-            "rep": rep,
-            "campaign": campaign,
-            "records": n,
-            "producer_period_ms": producer_period_ms,
-            "producers": len(DETECTORS),
-        },
-        "started_at": started_at,
-        "sched": {"applied": sched, "readback": {"budget_us": budget, "period_us": period}},
-        "clock": {"tsc": {"hz": 2.6e9, "source": "synthetic", "clocksource": "tsc"}},
-        "counts": {
-            "sent": n,
-            "received": n - missing,
-            "missing": missing,
-            "duplicated": 0,
-            "dead_lettered": 0,
-            "accounted": missing == 0,
-        },
-        "warmup_excluded_s": warmup * send_period_ns / 1e9,
+
+
+def _counts(sent: int, missing: int) -> dict:
+    return {
+        "sent": sent,
+        "received": sent - missing,
+        "missing": missing,
+        "duplicated": 0,
+        "dead_lettered": 0,
+        "accounted": missing == 0,
     }
-    return results.write_run(directory, meta, samples, float_format="%.0f")

@@ -493,8 +493,7 @@ class Runner:
         if self.stop_signal is not None:
             raise Interrupted
         rid = entry["run_id"]
-        results = self.folder / rid
-        if adopt(entry, results):  # finished, but the campaign stopped before noting it
+        if adopt(entry, self.folder / rid):  # finished, but the campaign stopped before noting it
             self.index.save()
             log(f"{position} {rid}: finished before the campaign stopped; taken as done")
             return entry
@@ -503,29 +502,33 @@ class Runner:
             shutil.rmtree(stale)
         if entry["status"] != "pending":
             log(f"{position} {rid}: again (last time {entry['status']}: {entry['reason']})")
-        logs = self.folder / "logs"
-        logs.mkdir(exist_ok=True)
-        argv = [
-            *self.harness,
-            "--target",
-            self.campaign.target,
-            *run_argv(point),
-            *self.harness_argv,
-            "--results",
-            str(self.folder),
-            "--work",
-            str(self.work),
-            "--run-id",
-            rid,
-            "--rep",
-            str(rep),
-            "--campaign",
-            self.campaign.name,
-        ]
         entry.update(status="running", reason=None, started_at=_now(), ended_at=None)
         self.index.save()
         shown = ", ".join(f"{k}={v}" for k, v in point.settings.items() if v is not None)
         log(f"{position} {rid}: {shown}")
+        self.conclude(entry, self.launch(self.child_argv(point, rep, rid), rid))
+        log(f"{position} {rid}: {summary(entry)}")
+        if entry["status"] == "interrupted":
+            raise Interrupted
+        return entry
+
+    def child_argv(self, point: Point, rep: int, rid: str) -> list[str]:
+        return [
+            *self.harness,
+            *("--target", self.campaign.target),
+            *run_argv(point),
+            *self.harness_argv,
+            *("--results", str(self.folder)),
+            *("--work", str(self.work)),
+            *("--run-id", rid),
+            *("--rep", str(rep)),
+            *("--campaign", self.campaign.name),
+        ]
+
+    def launch(self, argv: list[str], rid: str) -> tuple[int, float]:
+        """Run one child harness, its output to logs/<rid>.log; (exit code, seconds)."""
+        logs = self.folder / "logs"
+        logs.mkdir(exist_ok=True)
         started = time.monotonic()
         with open(logs / f"{rid}.log", "wb") as out:
             self.child_stopped = False
@@ -536,22 +539,20 @@ class Runner:
                 self.stop_child()
             code = self.child.wait()
             self.child = None
-        entry.update(
-            exit_code=code,
-            ended_at=_now(),
-            duration_s=round(time.monotonic() - started, 1),
-        )
-        if code in (0, 2) and adopt(entry, results):
+        return code, time.monotonic() - started
+
+    def conclude(self, entry: dict, outcome: tuple[int, float]) -> None:
+        code, seconds = outcome
+        rid = entry["run_id"]
+        entry.update(exit_code=code, ended_at=_now(), duration_s=round(seconds, 1))
+        if code in (0, 2) and adopt(entry, self.folder / rid):
             pass
         elif self.stop_signal is not None or code == 130:
             entry.update(status="interrupted", reason="interrupted")
         else:
-            entry.update(status="failed", reason=failure_reason(logs / f"{rid}.log", code))
+            log_file = self.folder / "logs" / f"{rid}.log"
+            entry.update(status="failed", reason=failure_reason(log_file, code))
         self.index.save()
-        log(f"{position} {rid}: {summary(entry)}")
-        if entry["status"] == "interrupted":
-            raise Interrupted
-        return entry
 
     def eta(self, remaining: list[Point]) -> str:
         overhead = self.index.overhead_s(self.campaign.target)

@@ -55,9 +55,7 @@ RUN_LOGS = ("job.out", "producers.out", "consumer.err", "broker.err", "kafka/bro
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The run request (spec.FIELDS, as options or as Make's NAME=value words) and the
     harness's own options. SpecError for an unknown NAME."""
-    p = argparse.ArgumentParser(
-        prog="hvbench run", description=__doc__.split("\n")[0]
-    )
+    p = argparse.ArgumentParser(prog="hvbench run", description=__doc__.split("\n")[0])
     spec.add_arguments(p)
     p.add_argument("--kafka-libs", default="build/kafka/libs")
     p.add_argument("--connector-dir", default="build/flink/lib")
