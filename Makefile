@@ -44,6 +44,7 @@ OUT         ?= report
 REF         ?=
 DEADLINE_MS ?=
 XLIM_MS     ?=
+INCLUDE_FAILED ?=
 
 # make provision / make teardown / make run: HOST names a one-off host (user@host or host; root
 # or sudo), else the hosts of INVENTORY are used. TARGET picks the hypervisor group.
@@ -256,8 +257,8 @@ sched: $(STAMP) ## the real-time VM's scheduler setting on a testbed host: SCHED
 
 REPORT_RESULTS = $(if $(CAMPAIGN),$(RESULTS)/$(CAMPAIGN_NAME),$(RESULTS))
 REPORT_OUT     = $(if $(CAMPAIGN),$(OUT)/$(CAMPAIGN_NAME),$(OUT))
-report: $(STAMP) ## figures and tables into OUT=report [RUNS=a,rtds-* REF=sched=credit DEADLINE_MS XLIM_MS CAMPAIGN]
-	$(HVBENCH) report --results $(REPORT_RESULTS) --out $(REPORT_OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))
+report: $(STAMP) ## figures and tables into OUT=report [RUNS=a,rtds-* REF=sched=credit DEADLINE_MS XLIM_MS CAMPAIGN INCLUDE_FAILED=1]
+	$(HVBENCH) report --results $(REPORT_RESULTS) --out $(REPORT_OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))$(if $(filter 1,$(INCLUDE_FAILED)), --include-failed)
 
 # The provisioning tests boot a QEMU guest as the bare-metal host (TCG) and build images with
 # mmdebstrap from the distribution's mirror; the KVM module reaches this machine through an

@@ -45,6 +45,7 @@ from common import OUT
 REPO = Path(__file__).resolve().parents[1]
 RECORD = json.dumps(
     {
+        "run": "bench",
         "detector": "athens",
         "seq": 0,
         "speed_mph": 63.2,

@@ -62,7 +62,7 @@ def test_a_newer_schema_is_refused_by_name(tmp_path):
     meta = json.loads((folder / "meta.json").read_text())
     meta["schema"] = results.SCHEMA_VERSION + 1
     (folder / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(results.ResultsError, match=r"this code reads 1\.\.2"):
+    with pytest.raises(results.ResultsError, match=r"this code reads 1\.\.3"):
         results.read_meta(folder)
 
 
@@ -71,3 +71,28 @@ def test_samples_without_the_contracts_columns_are_not_written(tmp_path):
     with pytest.raises(results.ResultsError, match="lack column"):
         results.write_run(tmp_path / "r", {"run_id": "r"}, samples)
     assert not (tmp_path / "r" / "meta.json").exists()
+
+
+def test_a_version_2_run_is_upgraded_to_a_completed_run_without_faults(tmp_path):
+    folder = write_run(tmp_path / "v2", np.full(10, 2_000_000))
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["schema"] = 2
+    del meta["status"], meta["faults"]
+    for key in results.COUNT_KEYS_3:
+        del meta["counts"][key]
+    (folder / "meta.json").write_text(json.dumps(meta))
+    upgraded = results.read_meta(folder)
+    assert upgraded["status"] == {"state": "completed", "reason": None, "phase": None}
+    assert upgraded["faults"] == []
+    assert {key: upgraded["counts"][key] for key in results.COUNT_KEYS_3} == {
+        "foreign_results": 0,
+        "foreign_dead_letters": 0,
+        "contradictions": 0,
+        "dead_letters_lost": 0,
+    }
+    runs = load_runs([folder])
+    assert (runs.runs.loc[0, "state"], runs.runs.loc[0, "flags"], runs.left_out) == (
+        "completed",
+        "",
+        [],
+    )

@@ -4,9 +4,18 @@ import math
 import pytest
 from hvbench_job import detectors
 from hvbench_job.pipeline import Pipeline
-from hvbench_job.records import InputRecord, RecordError, dead_letter, parse
+from hvbench_job.records import (
+    DEAD_LETTER_MAX_BYTES,
+    REASON_MAX_CHARS,
+    InputRecord,
+    RecordError,
+    dead_letter,
+    parse,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-GOOD = InputRecord("athens", 7, 58.5, tuple(float(100 + i) for i in range(12)), 10, 20)
+GOOD = InputRecord("run-1", "athens", 7, 58.5, tuple(float(100 + i) for i in range(12)), 10, 20)
 
 
 def with_changes(**changes) -> str:
@@ -42,6 +51,9 @@ def test_a_valid_record_round_trips():
         (with_changes(seq=1.5), "'seq' must be an integer"),
         (with_changes(seq=True), "'seq' must be an integer"),
         (with_changes(sent_ns=-1), "'sent_ns' must be non-negative"),
+        (with_changes(run=None), "missing field(s): run"),
+        (with_changes(run=7), "'run' must be a string"),
+        (with_changes(detector=["athens"]), "unknown detector ['athens']"),
     ],
 )
 def test_malformed_records_are_refused_with_their_reason(raw, reason):
@@ -57,6 +69,86 @@ def test_dead_letter_keeps_the_record_and_the_reason():
     assert json.loads(dead_letter(b"\xff", "bad"))["record"] == "\ufffd"
 
 
+def refusal(raw: str | bytes) -> tuple[str, dict]:
+    """(the dead letter as bytes, decoded) of a record the job refuses."""
+    with pytest.raises(RecordError) as e:
+        parse(raw)
+    letter = dead_letter(raw, str(e.value), e.value.key).encode()
+    return letter, json.loads(letter)
+
+
+def test_a_huge_bad_value_gives_a_small_dead_letter_with_the_lengths_kept():
+    """The reported case: ~800 KB with a bad value, quoted whole and inflated by escaping."""
+    raw = with_changes(speed_mph='"\\' * 200_000)  # escaping doubles every character
+    assert 790_000 < len(raw.encode()) < 1_048_576  # within what the input topic accepts
+    letter, doc = refusal(raw)
+    assert len(letter) <= DEAD_LETTER_MAX_BYTES
+    assert doc["record_chars"] == len(raw) and raw.startswith(doc["record"])
+    assert "speed_mph" in doc["reason"] and "characters)" in doc["reason"]
+    assert doc["key"] == {"run": "run-1", "detector": "athens", "seq": 7, "sent_ns": 20}
+
+
+def test_a_long_reason_is_cut_and_its_length_kept():
+    doc = json.loads(dead_letter("{}", "r" * 5000))
+    assert len(doc["reason"]) == REASON_MAX_CHARS and doc["reason_chars"] == 5000
+
+
+def test_the_key_holds_only_identity_fields_of_the_right_json_type():
+    assert refusal(with_changes(seq=True))[1]["key"] == {
+        "run": "run-1",
+        "detector": "athens",
+        "seq": None,  # JSON true is not the integer 1
+        "sent_ns": 20,
+    }
+    assert refusal(with_changes(run=1, detector=None, sent_ns="20"))[1]["key"] == {
+        "run": None,
+        "detector": None,
+        "seq": 7,
+        "sent_ns": None,
+    }
+    assert refusal("[1]")[1]["key"] is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40_000))
+def test_any_bytes_give_a_bounded_dead_letter(raw):
+    try:
+        parse(raw)
+    except RecordError as e:
+        letter = dead_letter(raw, str(e), e.key)
+        assert len(letter.encode()) <= DEAD_LETTER_MAX_BYTES
+        assert json.loads(letter)["record_chars"] == len(raw.decode("utf-8", "replace"))
+
+
+SCALARS = st.none() | st.booleans() | st.integers() | st.text()
+JSON = st.recursive(
+    SCALARS | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(), inner, max_size=6),
+    max_leaves=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["run", "detector", "seq", "flows", "speed_mph", "sent_ns", "x"]), JSON
+    ),
+    st.text(min_size=0, max_size=3).map(lambda s: s * 3000),  # control and wide characters
+)
+def test_any_json_object_gives_a_bounded_dead_letter_or_a_valid_record(fields, filler):
+    obj = {**json.loads(GOOD.to_json()), **fields, "pad": filler}
+    raw = json.dumps(obj, ensure_ascii=False)
+    try:
+        record = parse(raw)
+    except RecordError as e:
+        letter = dead_letter(raw, str(e), e.key)
+        assert len(letter.encode()) <= DEAD_LETTER_MAX_BYTES
+        key = json.loads(letter)["key"]
+        assert key["seq"] is None or type(key["seq"]) is int
+    else:
+        assert type(record.seq) is int and isinstance(record.run, str)
+
+
 @pytest.fixture(scope="module")
 def pipeline(small_model):
     return Pipeline(small_model)
@@ -66,7 +158,7 @@ def test_pipeline_forecasts_routes_and_copies_the_stamps(pipeline):
     outcome = pipeline.process(GOOD.to_json())
     assert outcome.dead_letter is None
     out = json.loads(outcome.output)
-    for field in ("detector", "seq", "speed_mph", "flows", "intended_ns", "sent_ns"):
+    for field in ("run", "detector", "seq", "speed_mph", "flows", "intended_ns", "sent_ns"):
         assert out[field] == json.loads(GOOD.to_json())[field]
     assert out["predicted_flow"] == pytest.approx(pipeline.forecaster.predict(GOOD.flows), abs=1e-3)
     assert out["route"][0] == detectors.DEFAULT_ORIGIN

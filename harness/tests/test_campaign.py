@@ -20,7 +20,8 @@ from hvbench_harness import campaign
 REPO = Path(__file__).resolve().parents[2]
 
 # A stand-in for `python -m hvbench_harness.run`: p99 = rate / 10 ms; BUDGET=66666 fails the way
-# the harness does; FAKE_SLEEP makes a run last, for interrupting it.
+# the harness does before sending, BUDGET=77777 while sending (its partial results written);
+# FAKE_SLEEP makes a run last, for interrupting it.
 FAKE = textwrap.dedent(
     """
     import argparse, json, os, pathlib, signal, sys, time
@@ -42,7 +43,12 @@ FAKE = textwrap.dedent(
     out.mkdir(parents=True)
     meta = {"run_id": a.run_id, "requested": {"rep": int(a.rep), "campaign": a.campaign},
             "counts": {"accounted": True}, "latency": {"p99_ms": rate / 10}}
+    if a.budget == "77777":
+        meta["schema"] = 3
+        meta["status"] = {"state": "failed", "reason": "Kafka is gone", "phase": "sending"}
+        meta["counts"] = {"accounted": False}
     (out / "meta.json").write_text(json.dumps(meta))
+    sys.exit(1 if a.budget == "77777" else 0)
     """
 )
 
@@ -251,6 +257,24 @@ def test_a_failed_run_is_recorded_and_the_campaign_goes_on(tmp_path, fake, capsy
     assert after["p01-b50000-r1"]["started_at"] == before["p01-b50000-r1"]
     assert after["p02-b66666-r1"]["started_at"] != before["p02-b66666-r1"]
     assert "again (last time failed" in capsys.readouterr().out
+
+
+def test_a_run_that_failed_while_sending_is_redone_on_resume_and_its_results_kept(tmp_path, fake):
+    path = write(
+        tmp_path,
+        "partial",
+        {"target": "bare", "settings": {"sched": "cfs-quota", "budget": 77777}},
+    )
+    assert campaign.run_campaign(campaign.load(path), run_args(tmp_path), harness=fake) == 1
+    [entry] = index_of(tmp_path, "partial")["runs"]
+    assert entry["status"] == "failed" and entry["reason"] == "Kafka is gone"
+    folder = tmp_path / "results/partial"
+    assert (folder / entry["run_id"] / "meta.json").exists()
+    campaign.run_campaign(campaign.load(path), run_args(tmp_path, "--resume"), harness=fake)
+    kept = folder / "attempts" / f"{entry['run_id']}.1" / "meta.json"
+    assert json.loads(kept.read_text())["status"]["state"] == "failed"
+    assert (folder / entry["run_id"] / "meta.json").exists()  # the new attempt's
+    assert index_of(tmp_path, "partial")["runs"][0]["status"] == "failed"
 
 
 def test_a_changed_file_is_refused_on_resume(tmp_path, fake):

@@ -1,3 +1,6 @@
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -55,3 +58,51 @@ def test_a_real_broker_starts_serves_and_stops(tmp_path):
         assert Path(f"/proc/{pid}").exists()
     assert broker.pid() is None and not Path(f"/proc/{pid}").exists()
     assert (tmp_path / "kafka" / "broker.log").stat().st_size > 0
+
+
+def consume(bootstrap: str, topic: str, count: int, group: str) -> list[str]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    got = []
+    for _ in range(200):
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            got.append(msg.value().decode())
+        if len(got) == count:
+            break
+    consumer.close()
+    return got
+
+
+def wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_a_killed_broker_is_restarted_on_its_data_and_the_fault_recorded(tmp_path):
+    broker = KafkaBroker(LIBS, tmp_path / "kafka")
+    with broker:
+        broker.create_topics(["t"])
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        producer.produce("t", b"before")
+        assert producer.flush(10) == 0
+        broker.keep(restarts=1, poll_s=0.2)
+        first = broker.pid()
+        os.kill(first, signal.SIGKILL)
+        assert wait_for(lambda: broker.faults, 120)
+        assert broker.failure is None and broker.pid() not in (None, first)
+        [fault] = broker.faults
+        assert fault["event"] == "restarted" and fault["exit_code"] == -signal.SIGKILL
+        producer.produce("t", b"after")  # the same client, reconnected
+        assert producer.flush(30) == 0
+        assert consume(broker.bootstrap, "t", 2, "g") == ["before", "after"]
+        # the second exit is one too many: the keeper gives up and says why
+        os.kill(broker.pid(), signal.SIGKILL)
+        assert wait_for(lambda: broker.failure, 30)
+        assert "no restart left" in broker.failure and broker.faults[-1]["event"] == "exited"

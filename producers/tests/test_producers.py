@@ -42,10 +42,16 @@ def test_a_ramp_rises_from_a_tenth_to_the_full_rate_and_then_holds():
 
 @pytest.mark.parametrize("i", range(len(MALFORMED_KINDS)))
 def test_every_injected_malformed_record_is_refused_by_the_job(i):
-    text = malformed_record(i)
-    assert f"malformed-{i}" in text
+    text = malformed_record("run-7", i)
+    assert f"run-7:malformed-{i}" in text
+    assert len(text.encode()) < 1_000_000  # what the producer's client accepts
     with pytest.raises(RecordError):
         parse(text)
+
+
+def test_the_oversized_kind_is_close_to_the_topics_limit():
+    text = malformed_record("r", MALFORMED_KINDS.index("oversized"))
+    assert 790_000 < len(text.encode()) < 1_000_000
 
 
 def test_windows_come_from_the_data_and_skip_missing_values(small_data):
@@ -57,6 +63,7 @@ def test_windows_come_from_the_data_and_skip_missing_values(small_data):
         flows, speed = w.record(len(w.flows) + 1)  # wraps around
         assert flows == w.flows[1].tolist() and speed == w.speed[1]
         record = {
+            "run": "r",
             "detector": w.detector,
             "seq": 0,
             "speed_mph": speed,

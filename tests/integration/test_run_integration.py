@@ -6,41 +6,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from driver import REPO, leftover_processes, run_args
 from hvbench_harness import readiness, run
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 MALFORMED = 8
-
-
-def run_args(tmp_path, data, model, *extra):
-    return [
-        "--records",
-        "360",
-        "--warmup-s",
-        "1",
-        "--drain-s",
-        "15",
-        "--data",
-        str(data),
-        "--model",
-        str(model),
-        "--kafka-libs",
-        str(REPO / "build/kafka/libs"),
-        "--connector-dir",
-        str(REPO / "build/flink/lib"),
-        "--results",
-        str(tmp_path / "results"),
-        "--work",
-        str(tmp_path / "work"),
-        *extra,
-    ]
-
-
-def leftover_processes(tmp_path) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if str(tmp_path) in line and "pytest" not in line]
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +54,9 @@ def test_malformed_records_reach_the_dead_letter_topic_with_reasons(plain_run):
     letters = [json.loads(x) for x in (results / "dead_letters.jsonl").read_text().splitlines()]
     injected = [x for x in letters if "malformed-" in x["record"]]
     reasons = " ".join(x["reason"] for x in injected)
-    for reason in ("not JSON", "missing field", "must hold 12 values", "NaN"):
+    for reason in ("not JSON", "missing field(s): flows", "must hold 12 values", "NaN"):
         assert reason in reasons
+    assert "'speed_mph' must be a number" in reasons  # the ~800 KB one, its reason cut
 
 
 def test_latencies_are_sane_and_stamped_with_one_clock(plain_run):

@@ -2,26 +2,29 @@
 
 A run directory holds `meta.json` and `samples.csv` (the results contract: results.py, which
 reads them, and docs/results.md). A run whose files are missing or malformed is reported by
-name with the reason and skipped; it is never merged in part.
+name with the reason and skipped; it is never merged in part. A run that failed or was
+interrupted is left out of the statistics (listed in `left_out`) unless include_failed.
 
     runs = load_runs(["results/run-a", "results/run-b"])
     runs.samples      # tags + detector, seq, time_s, latency_ns, latency_from_intended_ns, warmup
-    runs.runs         # one row per run: tags, counts, clock, settings read back, problems
+    runs.runs         # one row per run: tags, counts, clock, readback, flags, problems
     runs.skipped      # [(run name, reason)]
+    runs.left_out     # [LeftOut(run_id, configuration, state, phase, reason)]
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from hvbench_analysis import results
 
-# Columns that say which configuration produced a record; every table can group on them.
-TAGS = (
+# The scheduler setting and the load: what a configuration's label always names.
+SETTINGS = (
     "target",
     "hypervisor",
     "sched",
@@ -32,11 +35,35 @@ TAGS = (
     "weight",
     "priority",  # SCHED_FIFO on kvm
     "rate",  # records/s over all producers: runs at different rates are different configs
-    "rep",
-    "run_id",
 )
+# How a run measured (requested records, warmup_s, ramp_s, cpu_latency; forced: a failed
+# required readiness check was overridden). Runs that differ in these are never pooled.
+MEASUREMENT = ("records", "warmup_s", "ramp_s", "cpu_latency", "forced")
+NUMERIC_TAGS = ("rate", "records", "warmup_s", "ramp_s")
+# Columns that say which configuration produced a record; every table can group on them.
+# setup: the measurement settings the label shows, where they tell configurations apart.
+TAGS = (*SETTINGS, *MEASUREMENT, "setup", "rep", "run_id")
 # A configuration is everything but the repetition and the run's name.
 CONFIG = tuple(t for t in TAGS if t not in ("rep", "run_id"))
+# How a measurement setting reads in a label: with its value, and when it is unknown.
+MEASUREMENT_TEXT = {
+    "records": ("{} records", "records unknown"),
+    "warmup_s": ("warm-up {} s", "warm-up unknown"),
+    "ramp_s": ("ramp {} s", "ramp unknown"),
+    "cpu_latency": ("CPU latency {}", "CPU latency unknown"),
+}
+# Quality flags beside a run's numbers, in the order they are listed (quality_flags).
+FLAGS = (
+    "failed",
+    "interrupted",
+    "unaccounted",
+    "forced checks",
+    "broker restarted",
+    "faults",
+    "foreign records",
+    "dead letters lost",
+    "contradictions",
+)
 HYPERVISOR_OF_TARGET = {"bare": "none", "kvm": "kvm", "xen": "xen"}
 # The load: six producers, each sending one record per period (100 ms unless set otherwise).
 PRODUCERS = 6
@@ -46,11 +73,22 @@ DEFAULT_RATE_PER_S = 60.0
 RunError = results.ResultsError
 
 
+class LeftOut(NamedTuple):
+    """A run that did not complete, left out of the statistics; reason: its first line."""
+
+    run_id: str
+    configuration: str
+    state: str
+    phase: str | None
+    reason: str | None
+
+
 @dataclass
 class Runs:
     samples: pd.DataFrame
     runs: pd.DataFrame
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)
 
     @property
     def measured(self) -> pd.DataFrame:
@@ -91,8 +129,47 @@ def tags_of(meta: dict) -> dict:
         "weight": requested.get("weight"),
         "priority": requested.get("priority"),
         "rate": rate_per_s(requested.get("producer_period_ms")),
+        "records": number_or_none(requested.get("records")),
+        "warmup_s": number_or_none(requested.get("warmup_s")),
+        "ramp_s": number_or_none(requested.get("ramp_s")),
+        "cpu_latency": text_or_none(requested.get("cpu_latency")),
+        "forced": forced_checks(meta),
+        "setup": "",  # filled in when all runs are loaded (setup_labels)
         "rep": requested.get("rep"),
         "run_id": meta.get("run_id"),
+    }
+
+
+def number_or_none(value) -> float | int | None:
+    """A number read from meta.json, or None where it is absent or not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def text_or_none(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def forced_checks(meta: dict) -> bool:
+    """Whether the run was asked to go ahead despite failed readiness checks, or did."""
+    requested = meta.get("requested") or {}
+    readiness = meta.get("readiness")
+    failed = readiness.get("failed_required") if isinstance(readiness, dict) else None
+    return requested.get("force") is True or bool(failed)
+
+
+def status_of(meta: dict) -> dict:
+    """The run's status (state, reason's first line, phase); a status that is absent or not an
+    object reads as state "unknown"."""
+    status = meta.get("status")
+    if not isinstance(status, dict):
+        return {"state": "unknown", "reason": "meta.json has no status", "phase": None}
+    reason = status.get("reason")
+    return {
+        "state": str(status.get("state") or "unknown"),
+        "reason": str(reason).strip().split("\n")[0] if reason else None,
+        "phase": status.get("phase"),
     }
 
 
@@ -132,15 +209,14 @@ def read_run(directory: Path, include_warmup: bool) -> tuple[dict, pd.DataFrame]
 
 
 def facts(meta: dict) -> dict:
-    """What the report says about a run: counts, clock, scheduler settings read back."""
+    """What the report says about a run: status, counts, clock, scheduler settings read back,
+    faults, quality flags and problems."""
     counts = meta.get("counts") or {}
     tsc = (meta.get("clock") or {}).get("tsc") or {}
-    problems = []
-    if not counts:
-        problems.append("meta.json has no counts")
-    elif not counts.get("accounted", False):
-        problems.append("records unaccounted for")
+    status = status_of(meta)
     return {
+        "state": status["state"],
+        "reason": status["reason"],
         "sent": counts.get("sent"),
         "received": counts.get("received"),
         "missing": counts.get("missing"),
@@ -156,13 +232,81 @@ def facts(meta: dict) -> dict:
         "warmup_excluded_s": meta.get("warmup_excluded_s"),
         "started_at": meta.get("started_at"),
         "campaign": (meta.get("requested") or {}).get("campaign"),
-        "problems": "; ".join(problems),
+        "faults": "; ".join(fault_text(fault) for fault in faults_of(meta)),
+        "flags": ", ".join(quality_flags(meta)),
+        "problems": "; ".join(problems_of(meta)),
     }
 
 
-def load_runs(directories: list[Path | str], include_warmup: bool = False) -> Runs:
-    """One table over all readable runs; unreadable ones are listed in `skipped`."""
-    frames, rows, skipped = [], [], []
+def problems_of(meta: dict) -> list[str]:
+    """What is wrong with a run's results: it did not complete, or records are unaccounted."""
+    counts = meta.get("counts") or {}
+    status = status_of(meta)
+    problems = []
+    if status["state"] != "completed":
+        problems.append(f"run {status['state']}: {status['reason'] or 'no reason given'}")
+    if not counts:
+        problems.append("meta.json has no counts")
+    elif not counts.get("accounted", False):
+        problems.append("records unaccounted for")
+    return problems
+
+
+def quality_flags(meta: dict) -> list[str]:
+    """What a reader should know beside a run's numbers, from FLAGS; a restart is named by
+    its part (the harness restarts only the broker)."""
+    counts = meta.get("counts") or {}
+    state = status_of(meta)["state"]
+    faults = faults_of(meta)
+    restarts = [f"{f.get('part')} restarted" for f in faults if f.get("event") == "restarted"]
+    foreign = count_of(counts, "foreign_results") + count_of(counts, "foreign_dead_letters")
+    checks = [
+        (state != "completed", state),
+        (not counts.get("accounted", False), "unaccounted"),
+        (forced_checks(meta), "forced checks"),
+        *((True, restart) for restart in dict.fromkeys(restarts)),
+        (len(restarts) < len(faults), "faults"),
+        (foreign > 0, "foreign records"),  # other runs' records: informational
+        (count_of(counts, "dead_letters_lost") > 0, "dead letters lost"),
+        (count_of(counts, "contradictions") > 0, "contradictions"),
+    ]
+    return [flag for hit, flag in checks if hit]
+
+
+def union_flags(flag_texts) -> str:
+    """The flags of several runs (each comma-separated) as one text, each flag once, in FLAGS
+    order (others after them)."""
+    flags = {flag for text in flag_texts for flag in str(text).split(", ") if flag}
+    order = {flag: i for i, flag in enumerate(FLAGS)}
+    return ", ".join(sorted(flags, key=lambda flag: (order.get(flag, len(FLAGS)), flag)))
+
+
+def count_of(counts: dict, key: str) -> int:
+    """A count from meta.json; 0 where it is absent or not an integer."""
+    value = counts.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def faults_of(meta: dict) -> list[dict]:
+    faults = meta.get("faults")
+    return [f for f in faults if isinstance(f, dict)] if isinstance(faults, list) else []
+
+
+def fault_text(fault: dict) -> str:
+    """e.g. broker restarted at 41.2 s (exit 137): killed by the OOM killer"""
+    at_s = number_or_none(fault.get("at_s"))
+    text = f"{fault.get('part', '?')} {fault.get('event', '?')}"
+    text += f" at {at_s:.1f} s" if at_s is not None else ""
+    text += f" (exit {fault['exit_code']})" if fault.get("exit_code") is not None else ""
+    return text + (f": {fault['detail']}" if fault.get("detail") else "")
+
+
+def load_runs(
+    directories: list[Path | str], include_warmup: bool = False, include_failed: bool = False
+) -> Runs:
+    """One table over all readable runs; unreadable ones are listed in `skipped`. Runs that did
+    not complete are listed in `left_out`, or with include_failed loaded (and flagged)."""
+    frames, rows, skipped, left_out = [], [], [], []
     seen: set[str] = set()
     for directory in map(Path, directories):
         try:
@@ -175,16 +319,31 @@ def load_runs(directories: list[Path | str], include_warmup: bool = False) -> Ru
             skipped.append((directory.name, f"run id {tags['run_id']} loaded already"))
             continue
         seen.add(tags["run_id"])
+        status = status_of(run["meta"])
+        if status["state"] != "completed" and not include_failed:
+            left_out.append(
+                LeftOut(
+                    tags["run_id"],
+                    config_label(tags),
+                    status["state"],
+                    status["phase"],
+                    status["reason"],
+                )
+            )
+            continue
         rows.append({**tags, **facts(run["meta"]), "path": str(run["path"])})
         for tag, value in tags.items():
             samples[tag] = value
-        samples["rate"] = samples["rate"].astype(float)  # NaN, not None, where it is unknown
+        for tag in NUMERIC_TAGS:
+            samples[tag] = samples[tag].astype(float)  # NaN, not None, where it is unknown
         frames.append(samples)
     runs = pd.DataFrame(rows, columns=[*TAGS, *facts({}).keys(), "path"])
+    runs["setup"] = setup_labels(runs)
     number_repetitions(runs)
     if frames:
         samples = pd.concat(frames, ignore_index=True)
-        samples["rep"] = samples["run_id"].map(dict(zip(runs["run_id"], runs["rep"], strict=True)))
+        for tag in ("rep", "setup"):  # known once every run is loaded
+            samples[tag] = samples["run_id"].map(dict(zip(runs["run_id"], runs[tag], strict=True)))
     else:
         samples = pd.DataFrame(
             columns=[
@@ -197,9 +356,37 @@ def load_runs(directories: list[Path | str], include_warmup: bool = False) -> Ru
                 *TAGS,
             ]
         )
-    for tag in ("target", "hypervisor", "sched", "run_id"):
+    for tag in ("target", "hypervisor", "sched", "setup", "run_id"):
         samples[tag] = samples[tag].astype("category")
-    return Runs(samples=samples, runs=runs, skipped=skipped)
+    return Runs(samples=samples, runs=runs, skipped=skipped, left_out=left_out)
+
+
+def setup_labels(runs: pd.DataFrame) -> pd.Series:
+    """Per run, the measurement settings in which its configuration differs from others with
+    the same SETTINGS, as its label shows them (e.g. "warm-up 2 s, 120 records"); "" where all
+    agree, so that the usual labels stay short."""
+    labels = pd.Series("", index=runs.index, dtype=object)
+    if runs.empty:
+        return labels
+    same_settings = runs[list(SETTINGS)].astype(str).agg("|".join, axis=1)
+    for _, group in runs.groupby(same_settings):
+        varying = [tag for tag in MEASUREMENT if group[tag].astype(str).nunique() > 1]
+        for index, row in group.iterrows():
+            texts = (measurement_text(tag, row[tag]) for tag in varying)
+            labels[index] = ", ".join(text for text in texts if text)
+    return labels
+
+
+def measurement_text(tag: str, value) -> str:
+    """How a measurement setting reads in a label, e.g. "warm-up 2 s", "120 records"; checks
+    that were not forced read as nothing."""
+    if tag == "forced":
+        return "forced checks" if value else ""
+    known, unknown = MEASUREMENT_TEXT[tag]
+    if value is None or pd.isna(value):
+        return unknown
+    whole = isinstance(value, float) and value.is_integer()
+    return known.format(int(value) if whole else value)  # 120 records, not 120.0
 
 
 def number_repetitions(runs: pd.DataFrame) -> None:
@@ -215,8 +402,9 @@ def number_repetitions(runs: pd.DataFrame) -> None:
 
 
 def config_label(row) -> str:
-    """A short name for a configuration: sched and the settings it has, and the rate unless it is
-    the default, e.g. xen/rtds P100000 B77500 @120/s."""
+    """A short name for a configuration: sched and the settings it has, the rate unless it is
+    the default, and the measurement settings that tell it apart from configurations with the
+    same settings, e.g. xen/rtds P100000 B77500 @120/s warm-up 2 s."""
     parts = [f"{row['target']}/{row['sched']}"]
     for tag, short in (
         ("period", "P"),
@@ -232,6 +420,9 @@ def config_label(row) -> str:
         parts.append(f"e{int(row['extratime'])}")
     if rate := rate_label(row.get("rate")):
         parts.append(f"@{rate}/s")
+    setup = row.get("setup")
+    if isinstance(setup, str) and setup:
+        parts.append(setup)
     return " ".join(parts)
 
 

@@ -2,11 +2,14 @@
 tables (Markdown, CSV) and HdrHistogram logs beside it.
 
     python -m hvbench_analysis.report --results results --out report \\
-        [--runs 'run-a,rtds-*'] [--ref sched=credit] [--deadline-ms 50] [--xlim-ms 100]
+        [--runs 'run-a,rtds-*'] [--ref sched=credit] [--deadline-ms 50] [--xlim-ms 100] \\
+        [--include-failed]
 
 For each run the page says the scheduler settings read back, the clock and the counts, and
-flags runs with unaccounted records. Runs that cannot be read are listed with the reason and
-left out of every figure and table. A campaign's folder (results/<campaign>, holding
+its quality flags (unaccounted records, forced readiness checks, faults …), also beside each
+configuration's percentiles. Runs that cannot be read are listed with the reason and left out
+of every figure and table; so are runs that failed or were interrupted, unless
+--include-failed (then they are in, flagged). A campaign's folder (results/<campaign>, holding
 campaign.json) also gets a section on the campaign: its runs by status, the runs that are not
 done and why, and the sustainable rates of a rate search.
 """
@@ -114,6 +117,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--xlim-ms", type=float, help="x-axis limit of the ECDFs")
     p.add_argument("--hdr-interval-s", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=0, help="of the bootstrap")
+    p.add_argument(
+        "--include-failed",
+        action="store_true",
+        help="include runs that failed or were interrupted in the statistics (flagged)",
+    )
     return p.parse_args(argv)
 
 
@@ -134,13 +142,14 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     started = time.perf_counter()
     results, out = Path(args.results), Path(args.out)
     names = [n.strip() for n in args.runs.split(",") if n.strip()]
-    runs = read_runs(results, names)
+    runs = read_runs(results, names, args.include_failed)
     dirs = OutDirs(out / "figures", out / "tables", out / "hdr")
     measured = runs.measured
     page = Page("hvbench latency report")
     intro_section(page, runs, results)
+    left_out_section(page, runs, dirs.tables)
     campaign_section(page, results, dirs.tables, runs, picked=bool(names))
-    percentile_section(page, measured, args, dirs)
+    percentile_section(page, measured, flags_by_run(runs), args, dirs)
     max_section(page, measured, args, dirs)
     intended_section(page, measured, dirs)
     repetition_sections(page, measured, args, dirs)
@@ -157,15 +166,26 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     return runs, out
 
 
-def read_runs(results: Path, names: list[str]) -> Runs:
+def read_runs(results: Path, names: list[str], include_failed: bool = False) -> Runs:
     """The runs to report (warm-up records kept, marked); SystemExit when there are none."""
     if not results.is_dir():
         raise SystemExit(f"report: no results folder {results}")
-    runs = load_runs(run_dirs(results, names), include_warmup=True)
+    runs = load_runs(run_dirs(results, names), include_warmup=True, include_failed=include_failed)
+    if runs.runs.empty and runs.left_out:
+        states = "; ".join(f"{r.run_id}: {r.state}" for r in runs.left_out)
+        raise SystemExit(
+            f"report: no completed runs in {results} ({states}); --include-failed "
+            "(make report INCLUDE_FAILED=1) reports them"
+        )
     if runs.runs.empty:
         reasons = "; ".join(f"{n}: {r}" for n, r in runs.skipped) or "no run directories"
         raise SystemExit(f"report: no readable runs in {results} ({reasons})")
     return runs
+
+
+def flags_by_run(runs: Runs) -> dict[str, str]:
+    """Each run's quality flags (comma-separated), by run id."""
+    return dict(zip(runs.runs["run_id"], runs.runs["flags"], strict=True))
 
 
 def intro_section(page: Page, runs: Runs, results: Path) -> None:
@@ -190,18 +210,46 @@ def intro_section(page: Page, runs: Runs, results: Path) -> None:
             + html.escape("; ".join(f"{n}: {r}" for n, r in runs.skipped))
             + "</p>"
         )
+    included = runs.runs[runs.runs["state"] != "completed"]
+    if len(included):
+        page.raw(
+            '<p class="flag">Included although they did not complete (--include-failed), and '
+            f"flagged: {html.escape(', '.join(included['run_id']))}</p>"
+        )
+
+
+def left_out_section(page: Page, runs: Runs, tables_dir: Path) -> None:
+    """Runs that failed or were interrupted: what they were and why they stopped. Their
+    samples are in their run directories; --include-failed puts them in the statistics."""
+    if not runs.left_out:
+        return
+    page.h(2, "Runs left out of the statistics")
+    left_out = pd.DataFrame(runs.left_out)
+    page.table(left_out, "runs_left_out")
+    tables.write(left_out, tables_dir, "runs_left_out")
+    page.p(
+        "These runs did not complete: what they measured until they stopped is in their run "
+        "directories, and --include-failed (make report INCLUDE_FAILED=1) puts it in the "
+        "statistics, flagged.",
+        "note",
+    )
 
 
 def percentile_section(
-    page: Page, measured: pd.DataFrame, args: argparse.Namespace, dirs: OutDirs
+    page: Page,
+    measured: pd.DataFrame,
+    flags: dict[str, str],
+    args: argparse.Namespace,
+    dirs: OutDirs,
 ) -> None:
     page.h(2, "Latency percentiles per configuration (repetitions pooled)")
-    by_config = tables.percentile_table(measured, "config", args.deadline_ms)
+    by_config = tables.percentile_table(measured, "config", args.deadline_ms, flags)
     page.table(by_config, "percentiles_by_config")
     tables.write(by_config, dirs.tables, "percentiles_by_config")
+    page.p("flags: those of any run of the configuration (the runs' table says which).", "note")
     if args.deadline_ms is not None:
         page.p(f"over_deadline_pct: share of records later than {args.deadline_ms:g} ms.", "note")
-    by_run = tables.percentile_table(measured, "run", args.deadline_ms)
+    by_run = tables.percentile_table(measured, "run", args.deadline_ms, flags)
     tables.write(by_run, dirs.tables, "percentiles_by_run")
 
 
@@ -335,7 +383,8 @@ def density_section(page: Page, measured: pd.DataFrame, dirs: OutDirs) -> None:
 
 RUN_FACTS = [
     *("run_id", "target", "sched", "period", "budget", "cap", "rate", "rep", "sent"),
-    *("received", "missing", "duplicated", "accounted", "clock", "tsc_hz", "clocksource"),
+    *("received", "missing", "duplicated", "accounted", "flags", "clock", "tsc_hz"),
+    "clocksource",
 ]
 
 
@@ -362,6 +411,10 @@ def run_facts(page: Page, row) -> None:
         page.raw(f'<p class="flag">{html.escape(row.problems)} ({html.escape(counts)})</p>')
     else:
         page.p(f"Every record accounted for: {counts}.")
+    if row.flags:
+        page.raw(f'<p class="flag">Flags: {html.escape(row.flags)}</p>')
+    if row.faults:
+        page.p(f"Faults: {row.faults}.")
     page.p(
         f"Clock: {row.clock}, {row.tsc_hz or 0:,.0f} Hz ({row.tsc_source}); kernel "
         f"clocksource {row.clocksource}; warm-up excluded {row.warmup_excluded_s} s.",
@@ -420,6 +473,7 @@ def campaign_section(page: Page, results: Path, tables_dir: Path, runs: Runs, pi
     page.p(campaign.summary(doc))
     # A run listed as done without a run directory here is missing from every table below.
     known = set(runs.runs["run_id"]) | {name for name, _ in runs.skipped}
+    known |= {run.run_id for run in runs.left_out}
     absent = [run_id for run_id in campaign.done_run_ids(doc) if run_id not in known]
     if absent and not picked:
         page.raw(
@@ -534,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for name, reason in runs.skipped:
         print(f"report: skipped {name}: {reason}", file=sys.stderr)
+    for run in runs.left_out:
+        print(f"report: left out {run.run_id} ({run.state}): {run.reason}", file=sys.stderr)
     for row in runs.runs[runs.runs["problems"] != ""].itertuples():
         print(f"report: {row.run_id}: {row.problems}", file=sys.stderr)
     print(f"report: {len(runs.runs)} run(s) → {out / 'index.html'}")

@@ -21,12 +21,19 @@ import pandas as pd
 
 # 1: runs before the version was recorded. 2: `schema` recorded; `requested` names every
 # scheduler parameter (budget_us, period_us, priority, extratime, weight, cap), None where unset.
-SCHEMA_VERSION = 2
+# 3: `status` (completed, failed or interrupted: a run that stopped while sending is written
+# too), `faults` (parts that exited or were restarted) and four more counts.
+SCHEMA_VERSION = 3
 META = "meta.json"
 SAMPLES = "samples.csv"
 DEAD_LETTERS = "dead_letters.jsonl"
 LOGS = "logs"
 SETTING_KEYS = ("budget_us", "period_us", "priority", "extratime", "weight", "cap")
+# Counts added in version 3: foreign records are other runs' (reported, never a problem);
+# contradictions and lost dead letters are problems.
+COUNT_KEYS_3 = ("foreign_results", "foreign_dead_letters", "contradictions", "dead_letters_lost")
+# Every run before version 3 that wrote a meta.json had completed.
+COMPLETED = {"state": "completed", "reason": None, "phase": None}
 
 # What the analysis reads of samples.csv (one row per record sent; the harness writes more).
 SAMPLE_COLUMNS = (
@@ -65,7 +72,8 @@ def write_run(
     float_format: str | None = None,
 ) -> Path:
     """Write one run: samples, dead letters, logs, and meta.json last, so that a meta.json
-    says the run is complete (campaigns rely on that)."""
+    says the run's files are complete (campaigns rely on that); whether the run itself
+    completed, its `status` says."""
     absent = [c for c in SAMPLE_COLUMNS if c not in samples.columns]
     if absent:
         raise ResultsError(f"samples lack column(s) {', '.join(absent)}")
@@ -94,6 +102,11 @@ def upgrade(meta: dict) -> dict:
     meta = dict(meta)
     if version < 2 and isinstance(meta.get("requested"), dict):
         meta["requested"] = {**dict.fromkeys(SETTING_KEYS), **meta["requested"]}
+    if version < 3:
+        meta["status"] = dict(COMPLETED)
+        meta["faults"] = []
+        if isinstance(meta.get("counts"), dict):
+            meta["counts"] = {**dict.fromkeys(COUNT_KEYS_3, 0), **meta["counts"]}
     meta["schema"] = SCHEMA_VERSION
     return meta
 

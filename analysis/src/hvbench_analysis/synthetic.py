@@ -30,16 +30,24 @@ def write_run(
     send_period_ns: int | None = None,
     intended_lag_ns: np.ndarray | None = None,
     started_at: str = "2026-01-01T00:00:00+00:00",
+    requested: dict | None = None,
+    state: str = "completed",
+    reason: str | None = None,
+    faults: list[dict] = (),
+    counts: dict | None = None,
 ) -> Path:
     """A run whose measured latencies are exactly `latency_ns` (in order), preceded by `warmup`
     warm-up records of 1 s latency, plus `missing` records that never came back. Each of the six
     producers sends every `producer_period_ms`, so records are that period / 6 apart unless
-    `send_period_ns` says otherwise."""
+    `send_period_ns` says otherwise. `requested` adds to (or overrides) what meta.json says was
+    asked, e.g. {"warmup_s": 2}; `state` and `reason` are its status (a run that did not
+    complete stopped while sending); `counts` adds to or overrides the counts, e.g.
+    {"contradictions": 1, "accounted": False}."""
     latency = np.asarray(latency_ns, dtype=np.int64)
     if send_period_ns is None:
         send_period_ns = round(producer_period_ms * 1e6 / len(DETECTORS))
     samples = _samples(latency, warmup, missing, send_period_ns, intended_lag_ns)
-    requested = {
+    asked = {
         "target": target,
         "sched": sched,
         "budget_us": budget,
@@ -50,14 +58,17 @@ def write_run(
         "records": len(samples),
         "producer_period_ms": producer_period_ms,
         "producers": len(DETECTORS),
+        **(requested or {}),
     }
     meta = {
         "run_id": directory.name,
-        "requested": requested,
+        "requested": asked,
+        "status": _status(state, reason),
+        "faults": list(faults),
         "started_at": started_at,
         "sched": {"applied": sched, "readback": {"budget_us": budget, "period_us": period}},
         "clock": {"tsc": {"hz": 2.6e9, "source": "synthetic", "clocksource": "tsc"}},
-        "counts": _counts(len(samples), missing),
+        "counts": {**_counts(len(samples), missing), **(counts or {})},
         "warmup_excluded_s": warmup * send_period_ns / 1e9,
     }
     return results.write_run(directory, meta, samples, float_format="%.0f")
@@ -101,6 +112,11 @@ def _samples(
     )
 
 
+def _status(state: str, reason: str | None) -> dict:
+    phase = None if state == "completed" else "sending"
+    return {"state": state, "reason": reason, "phase": phase}
+
+
 def _counts(sent: int, missing: int) -> dict:
     return {
         "sent": sent,
@@ -108,5 +124,6 @@ def _counts(sent: int, missing: int) -> dict:
         "missing": missing,
         "duplicated": 0,
         "dead_lettered": 0,
+        **dict.fromkeys(results.COUNT_KEYS_3, 0),
         "accounted": missing == 0,
     }

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from hvbench_analysis.compare import bootstrap_mean_ci
-from hvbench_analysis.load import CONFIG, config_label, rate_label
+from hvbench_analysis.load import CONFIG, config_label, rate_label, union_flags
 from hvbench_analysis.stats import percentile, summarize
 
 SCHEDULER_NAMES = {
@@ -28,7 +28,7 @@ SCHEDULER_NAMES = {
     "none": "default",
 }
 # Columns of a row of the maximum-latency tables before they are laid out.
-MAX_ROW_COLUMNS = ["Scheduler", "rate", "Rate (/s)", "Max (ms)", "run_max", "run_p99"]
+MAX_ROW_COLUMNS = ["Scheduler", "rate", "Rate (/s)", "setup", "Max (ms)", "run_max", "run_p99"]
 
 
 def scheduler_name(sched: str, target: str, several_targets: bool) -> str:
@@ -43,25 +43,37 @@ def by_config(measured: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
 
 
 def percentile_table(
-    measured: pd.DataFrame, per: str = "config", deadline_ms: float | None = None
+    measured: pd.DataFrame,
+    per: str = "config",
+    deadline_ms: float | None = None,
+    flags: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """count, min, p50 … p99.99, max, mean, SD (ms) and % over the deadline, per configuration
-    (repetitions pooled) or per run."""
+    (repetitions pooled) or per run. With `flags` (run id → its quality flags), a flags column:
+    the run's, or those of any run of the configuration."""
     rows = []
     if per == "run":
         for run_id, group in measured.groupby("run_id", observed=True, sort=True):
             first = group.iloc[0]
-            rows.append(
-                {"run_id": run_id, "configuration": config_label(first), "rep": first["rep"]}
-                | summarize(group["latency_ns"].to_numpy(), deadline_ms)
-            )
+            row = {"run_id": run_id, "configuration": config_label(first), "rep": first["rep"]}
+            rows.append(row | flags_cell(flags, [run_id]) | summarize_group(group, deadline_ms))
     else:
         for tags, group in by_config(measured):
-            rows.append(
-                {"configuration": config_label(tags), "runs": group["run_id"].nunique()}
-                | summarize(group["latency_ns"].to_numpy(), deadline_ms)
-            )
+            run_ids = group["run_id"].unique()
+            row = {"configuration": config_label(tags), "runs": len(run_ids)}
+            rows.append(row | flags_cell(flags, run_ids) | summarize_group(group, deadline_ms))
     return pd.DataFrame(rows)
+
+
+def flags_cell(flags: dict[str, str] | None, run_ids) -> dict:
+    """{"flags": the runs' flags together}, or nothing when flags are not asked for."""
+    if flags is None:
+        return {}
+    return {"flags": union_flags(flags.get(run_id, "") for run_id in run_ids)}
+
+
+def summarize_group(group: pd.DataFrame, deadline_ms: float | None) -> dict:
+    return summarize(group["latency_ns"].to_numpy(), deadline_ms)
 
 
 def _max_rows(measured: pd.DataFrame, which) -> list[dict]:
@@ -75,6 +87,7 @@ def _max_rows(measured: pd.DataFrame, which) -> list[dict]:
                     "Scheduler": scheduler_name(tags["sched"], tags["target"], several_targets),
                     **{k: tags[k] for k in ("budget", "period", "cap", "extratime", "rate")},
                     "Rate (/s)": rate_text(tags["rate"]),
+                    "setup": tags.get("setup") or "",
                     "Max (ms)": float(group["latency_ns"].max()) / 1e6,
                     "run_max": run_max,
                     "run_p99": run_p99,
@@ -103,10 +116,14 @@ def _has(value) -> bool:
 
 def _with_rate_and_runs(table: pd.DataFrame, columns: list[str], seed: int) -> pd.DataFrame:
     """The table's columns, with "Rate (/s)" before the maximum when some configuration runs at
-    another rate than the default, and the repetition columns when some has ≥ 2 runs."""
+    another rate than the default, "Setup" when configurations differ in how they measured
+    (load.setup_labels), and the repetition columns when some has ≥ 2 runs."""
     columns = list(columns)
     if table["rate"].map(rate_label).astype(bool).any():
         columns.insert(columns.index("Max (ms)"), "Rate (/s)")
+    if table["setup"].astype(bool).any():
+        table = table.rename(columns={"setup": "Setup"})
+        columns.insert(columns.index("Max (ms)"), "Setup")
     if not (table["run_max"].map(len) >= 2).any():
         return table[columns]
     rng = np.random.default_rng(seed)
@@ -156,17 +173,19 @@ def max_table_cap(measured: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
 
 def max_table_scheduler(measured: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """Table 6: Scheduler | Max (ms), for runs at the scheduler's defaults (no budget, no cap).
-    Configurations that differ in other settings share their scheduler's row, and its
-    repetition columns are over all their runs."""
+    Configurations that differ in other scheduler settings share their scheduler's row, and its
+    repetition columns are over all their runs; those that measured differently do not."""
     rows = _max_rows(measured, lambda t: not _has(t["budget"]) and not _has(t["cap"]))
     table = pd.DataFrame(rows, columns=MAX_ROW_COLUMNS)
     merged = []
-    for (scheduler, rate), group in table.groupby(["Scheduler", "Rate (/s)"], sort=False):
+    groups = table.groupby(["Scheduler", "Rate (/s)", "setup"], sort=False)
+    for (scheduler, rate, setup), group in groups:
         merged.append(
             {
                 "Scheduler": scheduler,
                 "rate": group["rate"].iloc[0],
                 "Rate (/s)": rate,
+                "setup": setup,
                 "Max (ms)": group["Max (ms)"].max(),
                 "run_max": [v for values in group["run_max"] for v in values],
                 "run_p99": [v for values in group["run_p99"] for v in values],

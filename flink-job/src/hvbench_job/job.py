@@ -3,9 +3,10 @@
     python -m hvbench_job.job --bootstrap 127.0.0.1:9092 --model artifacts/forecaster \\
         --input input --output output --dead-letter dead-letter --settings-out job.json
 
-`build()` takes the source stream and returns the output and dead-letter streams, so tests can
-feed it a collection; `main()` attaches Kafka. The latency-relevant settings are chosen in
-`job_settings()` and written, as applied, to `--settings-out` for the run's meta.json.
+`build()` takes the source stream and returns the output stream; dead letters go out through
+the operator's own client (hvbench_job.dead_letters). `main()` attaches Kafka. The
+latency-relevant settings are chosen in `job_settings()` and written, as applied, to
+`--settings-out` for the run's meta.json.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.common.serialization import SimpleStringSchema
 from pyflink.datastream import (
     DataStream,
-    OutputTag,
     ProcessFunction,
     RuntimeContext,
     StreamExecutionEnvironment,
@@ -37,8 +37,8 @@ from pyflink.datastream.connectors.kafka import (
 )
 
 from hvbench_job import detectors
-
-DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
+from hvbench_job.dead_letters import CONFIG as DEAD_LETTER_CONFIG
+from hvbench_job.dead_letters import DeadLetterWriter
 
 # Kafka client settings of the job's source and sink (the Java client inside the connector).
 SOURCE_PROPERTIES = {
@@ -123,7 +123,7 @@ def import_litert_on_python_thread() -> None:
 
 
 class ForecastAndRoute(ProcessFunction):
-    """One record in, one route (or one dead letter) out.
+    """One record in, one route out; or one dead letter, written by the operator's own client.
 
     The routing state (latest speed and forecast per detector) is the Pipeline's router, in
     the operator's memory. Not Flink keyed state on purpose: keyed state needs keyBy, and keyBy
@@ -134,19 +134,23 @@ class ForecastAndRoute(ProcessFunction):
     """
 
     def __init__(
-        self, model_dir: str, origin: str, destination: str, heuristic: str, force_tsc: bool
+        self,
+        model_dir: str,
+        route: tuple[str, str, str],
+        dead_letters: tuple[str, str],
+        force_tsc: bool,
     ) -> None:
-        self.model_dir, self.origin, self.destination = model_dir, origin, destination
-        self.heuristic, self.force_tsc = heuristic, force_tsc
+        self.model_dir, self.route, self.force_tsc = model_dir, route, force_tsc
+        self.dead_letter_target = dead_letters  # (bootstrap, topic)
         self.pipeline = None
+        self.dead_letters = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
         import_litert_on_python_thread()
         from hvbench_job.pipeline import Pipeline  # loads LiteRT: once per task
 
-        self.pipeline = Pipeline(
-            self.model_dir, self.origin, self.destination, self.heuristic, self.force_tsc
-        )
+        self.pipeline = Pipeline(self.model_dir, *self.route, force_tsc=self.force_tsc)
+        self.dead_letters = DeadLetterWriter(*self.dead_letter_target)
         # Move everything loaded so far (PyFlink, numpy, LiteRT, the model) out of the cyclic
         # collector's reach: its full collections then walk only what records create.
         gc.freeze()
@@ -154,29 +158,38 @@ class ForecastAndRoute(ProcessFunction):
     def process_element(self, value: str, ctx: ProcessFunction.Context):
         outcome = self.pipeline.process(value)
         if outcome.output is None:
-            yield DEAD_LETTERS, outcome.dead_letter
+            self.dead_letters.write(outcome.dead_letter)
         else:
+            self.dead_letters.serve()
             yield outcome.output
+
+    def close(self) -> None:
+        if self.dead_letters is not None:
+            self.dead_letters.close()
 
 
 def build(
     source: DataStream,
     model_dir: str,
-    origin: str = detectors.DEFAULT_ORIGIN,
-    destination: str = detectors.DEFAULT_DESTINATION,
-    heuristic: str = "distance",
+    dead_letters: tuple[str, str],
+    route: tuple[str, str, str] = (
+        detectors.DEFAULT_ORIGIN,
+        detectors.DEFAULT_DESTINATION,
+        "distance",
+    ),
     force_tsc: bool = False,
-) -> tuple[DataStream, DataStream]:
-    """The job's logic on any stream of raw records: returns (outputs, dead letters)."""
-    routed = (
+) -> DataStream:
+    """The job's logic on any stream of raw records: the outputs. Dead letters go to
+    `dead_letters` (bootstrap, topic) from the operator; route is (origin, destination,
+    heuristic)."""
+    return (
         source.process(
-            ForecastAndRoute(model_dir, origin, destination, heuristic, force_tsc),
+            ForecastAndRoute(model_dir, route, dead_letters, force_tsc),
             output_type=Types.STRING(),
         )
         .name("forecast-route")
         .uid("forecast-route")
     )
-    return routed, routed.get_side_output(DEAD_LETTERS)
 
 
 def connector_jar(directory: Path) -> Path:
@@ -261,16 +274,14 @@ def main(argv: list[str] | None = None) -> None:
         WatermarkStrategy.no_watermarks(),
         "kafka-input",
     ).uid("kafka-input")
-    outputs, dead_letters = build(
+    outputs = build(
         source,
         str(Path(args.model).resolve()),
-        args.origin,
-        args.destination,
-        args.heuristic,
+        (args.bootstrap, args.dead_letter),
+        (args.origin, args.destination, args.heuristic),
         args.force_tsc,
     )
     outputs.sink_to(kafka_sink(args.bootstrap, args.output)).name("kafka-output")
-    dead_letters.sink_to(kafka_sink(args.bootstrap, args.dead_letter)).name("kafka-dead-letter")
     if args.settings_out:
         applied = {
             "flink": settings,
@@ -278,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
             "source_properties": SOURCE_PROPERTIES,
             "sink_properties": SINK_PROPERTIES,
             "sink_delivery_guarantee": "AT_LEAST_ONCE",
+            "dead_letters": {"writer": "the operator's own client", "config": DEAD_LETTER_CONFIG},
             "topics": {"input": args.input, "output": args.output, "dead_letter": args.dead_letter},
             "route": {"origin": args.origin, "destination": args.destination},
             "heuristic": args.heuristic,

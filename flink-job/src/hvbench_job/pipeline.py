@@ -55,7 +55,7 @@ class Pipeline:
             predicted = self.forecaster.predict(record.flows)
         except (RecordError, ValueError) as e:
             self.refused += 1
-            return Outcome(dead_letter=dead_letter(raw, str(e)))
+            return Outcome(dead_letter=dead_letter(raw, str(e), getattr(e, "key", None)))
         predicted_at = tsc_timer.now_ns()
         expected_speed = self.router.observe(record.detector, record.speed_mph, predicted)
         route = self.router.route(self.origin, self.destination)
@@ -76,6 +76,7 @@ class Pipeline:
     ) -> str:
         return json.dumps(
             {
+                "run": record.run,
                 "detector": record.detector,
                 "seq": record.seq,
                 "speed_mph": record.speed_mph,

@@ -1,8 +1,10 @@
 """The records that travel through Kafka, as JSON objects, and their validation.
 
 Input (producers → input topic), one per detector every 100 ms:
-    {"detector": "el_segundo", "seq": 17, "speed_mph": 63.5, "flows": [12 numbers],
-     "intended_ns": 123, "sent_ns": 456}
+    {"run": "<run id>", "detector": "el_segundo", "seq": 17, "speed_mph": 63.5,
+     "flows": [12 numbers], "intended_ns": 123, "sent_ns": 456}
+`run`, `detector`, `seq` and `sent_ns` name the record exactly: the harness counts a result or
+a dead letter for a sent record only if all four match, with their JSON types.
 `flows` are the detector's last 12 five-minute flows (vehicles per 5 minutes, oldest first);
 `intended_ns` is when the open-loop schedule wanted the record sent and `sent_ns` when it was,
 both TSC nanoseconds of the producers' machine: the job copies them through untouched.
@@ -10,7 +12,11 @@ both TSC nanoseconds of the producers' machine: the job copies them through unto
 Output (job → output topic): the input fields plus the forecast, the route and the job's own
 stage durations (TSC ns deltas taken inside the job; never subtracted from producer stamps).
 
-Dead letter (job → dead-letter topic): {"reason": "...", "record": "<the input as received>"}.
+Dead letter (job → dead-letter topic), at most DEAD_LETTER_MAX_BYTES whatever the input:
+    {"reason": "...", "reason_chars": 42, "record": "<the input as received, cut>",
+     "record_chars": 812345,
+     "key": {"run": ..., "detector": ..., "seq": ..., "sent_ns": ...} or null}
+`key` holds the record's identity fields that have the right JSON type (others null).
 """
 
 from __future__ import annotations
@@ -22,18 +28,26 @@ from dataclasses import dataclass
 from hvbench_job import detectors
 from hvbench_job.forecast import LOOKBACK
 
-REQUIRED = ("detector", "seq", "speed_mph", "flows", "intended_ns", "sent_ns")
-# A dead letter keeps at most this much of the offending record, so one huge record
-# cannot make the dead-letter topic refuse it.
-DEAD_LETTER_RECORD_CHARS = 10_000
+REQUIRED = ("run", "detector", "seq", "speed_mph", "flows", "intended_ns", "sent_ns")
+# A dead letter is at most this many bytes of UTF-8 JSON whatever the input (the broker
+# accepts 1 MiB), so no input can make the dead-letter topic refuse one.
+DEAD_LETTER_MAX_BYTES = 16_384
+REASON_MAX_CHARS = 500
+RECORD_MAX_CHARS = 10_000
+SHOWN_VALUE_CHARS = 60  # of an offending value quoted in a reason
+IDENTITY_MAX_CHARS = 200  # longer run or detector names are nobody's
 
 
 class RecordError(ValueError):
-    """The record cannot be processed; the message is the reason given in the dead letter."""
+    """The record cannot be processed; the message is the reason given in the dead letter,
+    `key` the record's identity where it had one (see identity())."""
+
+    key: dict | None = None
 
 
 @dataclass(frozen=True)
 class InputRecord:
+    run: str
     detector: str
     seq: int
     speed_mph: float
@@ -44,6 +58,7 @@ class InputRecord:
     def to_json(self) -> str:
         return json.dumps(
             {
+                "run": self.run,
                 "detector": self.detector,
                 "seq": self.seq,
                 "speed_mph": self.speed_mph,
@@ -55,10 +70,22 @@ class InputRecord:
         )
 
 
+def shown(value: object) -> str:
+    """A value as a reason quotes it: its repr, cut to SHOWN_VALUE_CHARS."""
+    text = repr(value)
+    if len(text) <= SHOWN_VALUE_CHARS:
+        return text
+    return f"{text[:SHOWN_VALUE_CHARS]}… ({len(text)} characters)"
+
+
+def _is_integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is no number
+
+
 def _integer(obj: dict, name: str) -> int:
     value = obj[name]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RecordError(f"field {name!r} must be an integer, got {value!r}")
+    if not _is_integer(value):
+        raise RecordError(f"field {name!r} must be an integer, got {shown(value)}")
     if value < 0:
         raise RecordError(f"field {name!r} must be non-negative, got {value}")
     return value
@@ -66,7 +93,7 @@ def _integer(obj: dict, name: str) -> int:
 
 def _number(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RecordError(f"{what} must be a number, got {value!r}")
+        raise RecordError(f"{what} must be a number, got {shown(value)}")
     value = float(value)
     if not math.isfinite(value):
         raise RecordError(f"{what} must be finite, got {value}")
@@ -74,22 +101,33 @@ def _number(value: object, what: str) -> float:
 
 
 def parse(raw: str | bytes) -> InputRecord:
-    """Validate one input record; raises RecordError with the reason."""
+    """Validate one input record; raises RecordError with the reason (and the record's
+    identity in `key` when it is a JSON object)."""
     try:
         # NaN and Infinity are not JSON; Python's parser accepts them, so refuse them here
         obj = json.loads(raw, parse_constant=_refuse_constant)
     except RecordError:
         raise
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RecordError(f"not JSON: {e}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise RecordError(f"not JSON: {str(e)[:REASON_MAX_CHARS]}") from None
     if not isinstance(obj, dict):
         raise RecordError(f"not a JSON object but {type(obj).__name__}")
+    try:
+        return _validate(obj)
+    except RecordError as e:
+        e.key = identity(obj)
+        raise
+
+
+def _validate(obj: dict) -> InputRecord:
     missing = [name for name in REQUIRED if name not in obj]
     if missing:
         raise RecordError(f"missing field(s): {', '.join(missing)}")
+    if not isinstance(obj["run"], str):
+        raise RecordError(f"field 'run' must be a string, got {shown(obj['run'])}")
     detector = obj["detector"]
-    if detector not in detectors.BY_KEY:
-        raise RecordError(f"unknown detector {detector!r}")
+    if not isinstance(detector, str) or detector not in detectors.BY_KEY:
+        raise RecordError(f"unknown detector {shown(detector)}")
     flows = obj["flows"]
     if not isinstance(flows, list):
         raise RecordError(f"field 'flows' must be a list, got {type(flows).__name__}")
@@ -102,6 +140,7 @@ def parse(raw: str | bytes) -> InputRecord:
     if speed < 0:
         raise RecordError(f"field 'speed_mph' must be non-negative, got {speed}")
     return InputRecord(
+        run=obj["run"],
         detector=detector,
         seq=_integer(obj, "seq"),
         speed_mph=speed,
@@ -111,14 +150,58 @@ def parse(raw: str | bytes) -> InputRecord:
     )
 
 
+def identity(obj: object) -> dict | None:
+    """The record's run, detector, seq and sent_ns where each has its JSON type (string,
+    string, integer, integer; else None): what the harness compares with what it sent."""
+    if not isinstance(obj, dict):
+        return None
+
+    def name(value: object) -> str | None:
+        ok = isinstance(value, str) and len(value) <= IDENTITY_MAX_CHARS
+        return value if ok else None
+
+    def integer(value: object) -> int | None:
+        return value if _is_integer(value) and 0 <= value < 2**63 else None
+
+    return {
+        "run": name(obj.get("run")),
+        "detector": name(obj.get("detector")),
+        "seq": integer(obj.get("seq")),
+        "sent_ns": integer(obj.get("sent_ns")),
+    }
+
+
 def _refuse_constant(name: str) -> float:
     raise RecordError(f"{name} is not a valid number")
 
 
-def dead_letter(raw: str | bytes, reason: str) -> str:
+def dead_letter(raw: str | bytes, reason: str, key: dict | None = None) -> str:
+    """The dead letter of `raw`: reason and record both cut (their lengths kept) so that the
+    letter is at most DEAD_LETTER_MAX_BYTES of UTF-8 whatever the input."""
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", errors="replace")
-    return json.dumps(
-        {"reason": reason, "record": raw[:DEAD_LETTER_RECORD_CHARS], "record_chars": len(raw)},
-        separators=(",", ":"),
-    )
+    letter = {
+        "reason": reason[:REASON_MAX_CHARS],
+        "reason_chars": len(reason),
+        "record": "",
+        "record_chars": len(raw),
+        "key": key,
+    }
+    # the longest prefix of the record that fits; escaping can grow a character to 12 bytes
+    low, high = 0, min(len(raw), RECORD_MAX_CHARS)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _size(letter, raw[:mid]) <= DEAD_LETTER_MAX_BYTES:
+            low = mid
+        else:
+            high = mid - 1
+    letter["record"] = raw[:low]
+    return _encode(letter)
+
+
+def _encode(letter: dict) -> str:
+    return json.dumps(letter, separators=(",", ":"))
+
+
+def _size(letter: dict, record: str) -> int:
+    return len(_encode({**letter, "record": record}).encode())

@@ -4,6 +4,20 @@
 sent record (the raw samples of the run) and counts the outcomes. Latency is receipt minus the
 actual send; `latency_from_intended_ns` is receipt minus the scheduled send (it includes any
 delay of the producer itself). Statistics exclude the warm-up; the rows keep it, flagged.
+
+Attribution is exact. A record is named by the run's id, its detector, its producer's seq and
+its send stamp (sent_ns), compared with their JSON types. A result counts for a sent record
+only if all four match (the consumer checks the run's id and the types, counting others as
+foreign results; a result with the run's id whose detector, seq and stamp were never sent
+together is counted as unexpected, also foreign). A dead letter counts for a sent record only
+if its `key` matches it the same way; it counts for
+an injected malformed record only if it holds that record's exact text (cut to a prefix for a
+long one, with the exact length). Everything else in the run's topics is foreign: counted and
+reported, never a problem.
+
+The files are the parts' own, in the run's work directory; any of them may be absent when a
+run failed or was interrupted (a part that never started writes nothing): the counts are then
+those of what was written.
 """
 
 from __future__ import annotations
@@ -14,114 +28,182 @@ from pathlib import Path
 
 import pandas as pd
 from hvbench_analysis.stats import summarize
+from hvbench_job.dead_letters import LOST_PREFIX
+
+SENT_COLUMNS = ["detector", "seq", "intended_ns", "sent_ns", "delivered"]
+RECEIVED_COLUMNS = ["detector", "seq", "sent_ns", "received_ns"]
+KEY = ["detector", "seq", "sent_ns"]  # with the run's id, which the consumer checked
 
 
 @dataclass
 class Counts:
     sent: int  # valid records the producers sent
-    undelivered: int  # the producer's client reported a failure
+    undelivered: int  # the producer's client reported a failure (or never an acknowledgement)
     received: int  # distinct sent records that came back as results
     dead_lettered: int  # distinct sent records the job refused (should be none)
-    missing: int  # sent, neither received nor dead-lettered
+    missing: int  # sent and delivered, neither received nor dead-lettered
     duplicated: int  # results received more than once (extra copies)
-    unexpected: int  # results that match no sent record
+    unexpected: int  # results with the run's id that match no sent record (foreign too)
     malformed_sent: int  # injected malformed records
     malformed_dead_lettered: int  # of those, found in the dead-letter topic
     warmup: int  # received records excluded from statistics as warm-up
     measured: int  # received records in the statistics
+    foreign_results: int = 0  # results in the output topic that are not the run's
+    foreign_dead_letters: int = 0  # dead letters that are not of the run's records
+    contradictions: int = 0  # sent records both received and dead-lettered
+    dead_letters_lost: int = 0  # dead letters the job could not write (its log says)
 
     @property
     def accounted(self) -> bool:
-        return (
-            self.missing == 0
-            and self.unexpected == 0
-            and self.dead_lettered == 0
-            and self.undelivered == 0
-            and self.malformed_dead_lettered == self.malformed_sent
-        )
+        return not self.problems()
 
     def problems(self) -> list[str]:
-        out = []
-        if self.missing:
-            out.append(f"{self.missing} sent records never came back")
-        if self.undelivered:
-            out.append(f"{self.undelivered} records the producers could not deliver to Kafka")
-        if self.dead_lettered:
-            out.append(f"{self.dead_lettered} valid records were dead-lettered by the job")
-        if self.unexpected:
-            out.append(f"{self.unexpected} results match no sent record")
-        if self.malformed_dead_lettered != self.malformed_sent:
-            out.append(
+        checks = [
+            (self.missing, f"{self.missing} sent records never came back"),
+            (
+                self.undelivered,
+                f"{self.undelivered} records the producers could not deliver to Kafka",
+            ),
+            (self.dead_lettered, f"{self.dead_lettered} valid records were dead-lettered"),
+            (
+                self.contradictions,
+                f"{self.contradictions} records were both received and dead-lettered",
+            ),
+            (self.dead_letters_lost, f"{self.dead_letters_lost} dead letters could not be written"),
+            (
+                self.malformed_sent - self.malformed_dead_lettered,
                 f"{self.malformed_sent - self.malformed_dead_lettered} of {self.malformed_sent} "
-                "malformed records did not reach the dead-letter topic"
-            )
-        return out
+                "malformed records did not reach the dead-letter topic",
+            ),
+        ]
+        return [text for count, text in checks if count]
+
+    def foreign(self) -> str | None:
+        """What the run's topics held that was not the run's (informational)."""
+        if not (self.foreign_results or self.foreign_dead_letters or self.unexpected):
+            return None
+        return (
+            f"foreign records in the run's topics (not counted for the run): "
+            f"{self.foreign_results} results of other runs, {self.unexpected} with the run's id "
+            f"but never sent, {self.foreign_dead_letters} dead letters"
+        )
 
     def as_dict(self) -> dict:
         return {**asdict(self), "accounted": self.accounted}
 
 
-def load_dead_letters(path: Path) -> list[dict]:
+def read_lines(path: Path) -> list:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def account(
-    sent_csv: Path,
-    received_csv: Path,
-    dead_letters_jsonl: Path,
-    warmup_ns: int,
-    malformed_sent: int = 0,
-) -> tuple[pd.DataFrame, Counts, list[dict]]:
-    """(one row per sent record, counts, dead letters) for a finished run."""
-    sent = pd.read_csv(sent_csv)
-    received = pd.read_csv(received_csv)
-    letters = load_dead_letters(dead_letters_jsonl)
+def read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
+    if not path.exists() or path.stat().st_size == 0:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns}).astype(
+            {"detector": "object"}
+        )
+    return pd.read_csv(path, dtype={"detector": "object", "seq": "int64"})
 
-    key = ["detector", "seq"]
-    copies = received.groupby(key).size().rename("copies")
-    first = received.sort_values("received_ns").drop_duplicates(key, keep="first")
-    first = first.drop(columns=["intended_ns", "sent_ns"]).set_index(key)
-    samples = sent.set_index(key).join(first, how="left").join(copies, how="left").reset_index()
+
+def lost_dead_letters(job_log: Path) -> int:
+    if not job_log.exists():
+        return 0
+    lines = job_log.read_text(errors="replace").splitlines()
+    return sum(line.startswith(LOST_PREFIX) for line in lines)
+
+
+def join(sent: pd.DataFrame, received: pd.DataFrame, warmup_ns: int) -> pd.DataFrame:
+    """One row per sent record: its first receipt, copies, latencies, warm-up flag."""
+    copies = received.groupby(KEY).size().rename("copies")
+    first = received.sort_values("received_ns").drop_duplicates(KEY, keep="first")
+    first = first.drop(columns=["intended_ns"], errors="ignore").set_index(KEY)
+    samples = sent.set_index(KEY).join(first, how="left").join(copies, how="left").reset_index()
     samples["copies"] = samples["copies"].fillna(0).astype(int)
+    samples["received_ns"] = samples["received_ns"].astype(float)
     samples["latency_ns"] = samples["received_ns"] - samples["sent_ns"]
     samples["latency_from_intended_ns"] = samples["received_ns"] - samples["intended_ns"]
     run_start = samples["intended_ns"].min()
     samples["warmup"] = samples["intended_ns"] < run_start + warmup_ns
+    return samples
 
-    refused = set()
-    malformed = set()
+
+def own_key(key: object, run_id: str) -> tuple[str, int, int] | None:
+    """(detector, seq, sent_ns) if a dead letter's key names a record of this run, strictly
+    typed; else None."""
+    if not isinstance(key, dict) or key.get("run") != run_id:
+        return None
+    detector, seq, sent_ns = key.get("detector"), key.get("seq"), key.get("sent_ns")
+    integers = all(isinstance(v, int) and not isinstance(v, bool) for v in (seq, sent_ns))
+    return (detector, seq, sent_ns) if isinstance(detector, str) and integers else None
+
+
+def holds(letter: dict, text: str) -> bool:
+    """The letter holds exactly `text`: all of it, or a prefix with text's exact length."""
+    record = letter.get("record")
+    if not isinstance(record, str) or letter.get("record_chars") != len(text):
+        return False
+    return record == text or (len(record) >= min(len(text), 200) and text.startswith(record))
+
+
+def attribute(letters: list[dict], run_id: str, injected: list[str], probe: str | None):
+    """(keys of the run's records refused, indices of injected records found, foreign count)."""
+    refused: set[tuple[str, int, int]] = set()
+    found: set[int] = set()
+    foreign = 0
     for letter in letters:
-        text = letter.get("record", "")
-        if "malformed-" in text:
-            malformed.add(text)
-            continue
-        try:
-            r = json.loads(text)
-            refused.add((r["detector"], r["seq"]))
-        except (ValueError, KeyError, TypeError):
-            pass
-    keys = zip(samples.detector, samples.seq, strict=True)
-    samples["dead_lettered"] = [key in refused for key in keys]
+        if probe is not None and holds(letter, probe):
+            continue  # the readiness probe, expected
+        match = next((i for i, text in enumerate(injected) if holds(letter, text)), None)
+        if match is not None:
+            found.add(match)
+        elif (key := own_key(letter.get("key"), run_id)) is not None:
+            refused.add(key)
+        else:
+            foreign += 1
+    return refused, found, foreign
 
+
+def account(
+    work: Path, run_id: str, warmup_ns: int, probe: str | None = None
+) -> tuple[pd.DataFrame, Counts, list[dict]]:
+    """(one row per sent record, counts, dead letters) from the parts' files in `work`."""
+    sent = read_csv(work / "sent.csv", SENT_COLUMNS)
+    received = read_csv(work / "received.csv", RECEIVED_COLUMNS)
+    letters = read_lines(work / "dead_letters.jsonl")
+    injected = read_lines(work / "malformed.jsonl")
+    consumer = json.loads(read_text(work / "consumer.json") or "{}")
+    samples = join(sent, received, warmup_ns)
+    sent_keys = set(zip(sent.detector, sent.seq, sent.sent_ns, strict=True))
+    refused, found, foreign_letters = attribute(letters, run_id, injected, probe)
+    foreign_letters += len(refused - sent_keys)
+    keys = zip(samples.detector, samples.seq, samples.sent_ns, strict=True)
+    samples["dead_lettered"] = [k in refused for k in keys]
     got = samples["copies"] > 0
-    sent_keys = set(zip(sent.detector, sent.seq, strict=True))
-    unexpected = sum(1 for k in copies.index if tuple(k) not in sent_keys)
+    delivered = samples["delivered"] == 1
+    received_keys = set(zip(received.detector, received.seq, received.sent_ns, strict=True))
     counts = Counts(
         sent=len(sent),
-        undelivered=int((sent["delivered"] == 0).sum()),
+        undelivered=int((~delivered & ~got).sum()),
         received=int(got.sum()),
         dead_lettered=int(samples["dead_lettered"].sum()),
-        missing=int((~got & ~samples["dead_lettered"]).sum()),
+        missing=int((delivered & ~got & ~samples["dead_lettered"]).sum()),
         duplicated=int((samples["copies"] - 1).clip(lower=0).sum()),
-        unexpected=unexpected,
-        malformed_sent=malformed_sent,
-        malformed_dead_lettered=len(malformed),
+        unexpected=len(received_keys - sent_keys),
+        malformed_sent=len(injected),
+        malformed_dead_lettered=len(found),
         warmup=int((got & samples["warmup"]).sum()),
         measured=int((got & ~samples["warmup"]).sum()),
+        foreign_results=int(consumer.get("foreign_results", 0)),
+        foreign_dead_letters=foreign_letters,
+        contradictions=int((got & samples["dead_lettered"]).sum()),
+        dead_letters_lost=lost_dead_letters(work / "job.out"),
     )
     return samples, counts, letters
+
+
+def read_text(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
 
 
 def latency_stats(samples: pd.DataFrame, column: str = "latency_ns") -> dict:

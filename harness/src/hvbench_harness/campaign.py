@@ -500,6 +500,9 @@ class Runner:
         stale = self.work / rid
         if stale.exists():  # the partial files of an interrupted attempt
             shutil.rmtree(stale)
+        kept = set_aside(self.folder / rid, self.folder / "attempts")
+        if kept:
+            log(f"{position} {rid}: the last attempt's partial results kept in {kept}")
         if entry["status"] != "pending":
             log(f"{position} {rid}: again (last time {entry['status']}: {entry['reason']})")
         entry.update(status="running", reason=None, started_at=_now(), ended_at=None)
@@ -549,6 +552,8 @@ class Runner:
             pass
         elif self.stop_signal is not None or code == 130:
             entry.update(status="interrupted", reason="interrupted")
+        elif (ended := ended_reason(self.folder / rid)) is not None:
+            entry.update(status="failed", reason=ended)
         else:
             log_file = self.folder / "logs" / f"{rid}.log"
             entry.update(status="failed", reason=failure_reason(log_file, code))
@@ -649,10 +654,13 @@ def highest_passing(search: Search, passes) -> float | None:
 
 
 def adopt(entry: dict, results: Path) -> bool:
-    """Take a run's figures from its results if it finished (meta.json written); True if so."""
+    """Take a run's figures from its results if it completed (meta.json written, status
+    completed); True if so. A failed or interrupted run's results say so: not adopted."""
     try:
         meta = results_contract.read_meta(results)
     except results_contract.ResultsError:
+        return False
+    if meta["status"]["state"] != "completed":
         return False
     counts = meta.get("counts") or {}
     entry.update(
@@ -662,6 +670,28 @@ def adopt(entry: dict, results: Path) -> bool:
         reason=None if counts.get("accounted") else "records unaccounted for",
     )
     return True
+
+
+def set_aside(results: Path, attempts: Path) -> Path | None:
+    """Move a failed or interrupted attempt's results out of the run's place (into
+    attempts/<run-id>.<n>), so that the run can be done again under its name and the partial
+    results are kept. None if there was nothing."""
+    if not results.exists():
+        return None
+    attempts.mkdir(exist_ok=True)
+    n = 1 + sum(1 for _ in attempts.glob(f"{results.name}.*"))
+    target = attempts / f"{results.name}.{n}"
+    results.rename(target)
+    return target
+
+
+def ended_reason(results: Path) -> str | None:
+    """The reason a run that wrote its results gives for having failed, if it did."""
+    try:
+        status = results_contract.read_meta(results)["status"]
+    except results_contract.ResultsError:
+        return None
+    return status["reason"] if status["state"] != "completed" else None
 
 
 def failure_reason(log_file: Path, code: int) -> str:

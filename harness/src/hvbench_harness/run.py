@@ -5,8 +5,13 @@ kvm_hosts or xen_hosts make it kvm or xen; no inventory, or one without hosts, i
 Order: check the settings (nothing is started for a bad one) → calibrate the TSC → Kafka →
 the Flink job → a readiness probe through the job → the scheduler setting, read back →
 consumer → producers → drain → tear down (also on Ctrl-C or error) → account for every record →
-results/<run-id>/ → summary. The exit code is non-zero if anything failed or any record is
-unaccounted for.
+results/<run-id>/ → summary.
+
+While it runs, the broker and the job are watched: a part that dies ends the run at once with
+the reason (Kafka is first restarted on its data, BROKER_RESTARTS times). A run that started
+sending always writes results/<run-id>/, with meta.json `status` completed, failed or
+interrupted, the counts so far and every sample received. Exit code: 0 completed with every
+record accounted for, 2 completed with records unaccounted for, 1 failed, 130 interrupted.
 
 On a testbed the harness stays here and starts each part over SSH (hvbench_harness.testbed):
 Kafka, the producers and the consumer in the messaging VM (its TSC stamps both ends), the job in
@@ -39,6 +44,7 @@ from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, Setting, validate
 from hvbench_analysis import results as results_contract
 from hvbench_load import probe
 from hvbench_load.consumer import CONSUMER_CONFIG
+from hvbench_load.probe import probe_record
 from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
 
 import tsc_timer
@@ -50,6 +56,9 @@ from hvbench_harness.testbed import TARGETS, Machine, TestbedError, inventory_ta
 
 # The parts' own logs, kept in results/<run-id>/logs/ (with Flink's).
 RUN_LOGS = ("job.out", "producers.out", "consumer.err", "broker.err", "kafka/broker.log")
+# Errors that end a run (after its checks): the run's results are written if it was sending.
+RUN_ENDING = (RunError, TestbedError, Refused, tuning.TuningError, OSError)
+EXIT_CODES = {"failed": 1, "interrupted": 130}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -134,48 +143,76 @@ def run(args: argparse.Namespace) -> int:
     target = targets.choose(args, run_id, work, setting, cpu_latency)
     work.mkdir(parents=True, exist_ok=True)
     meta_doc = begin_meta(args, run_id, setting, target)
+    status = meta_doc["status"]
     signal.signal(signal.SIGTERM, on_signal)
     parts = Parts(work)
+    error = None
     try:
         with parts:
-            calibration = measure(args, setting, target, parts, meta_doc)
+            measure(args, setting, target, parts, meta_doc)
+        status["state"] = "completed"
     except KeyboardInterrupt:
-        log(f"interrupted: everything torn down (partial files stay in {work})")
-        return 130
+        status.update(state="interrupted", reason=f"interrupted while {status['phase']}")
+        log(f"run interrupted while {status['phase']}: tearing down")
+    except RUN_ENDING as e:
+        status.update(state="failed", reason=str(e))
+        log(f"run failed while {status['phase']}: {str(e).splitlines()[0]}; tearing down")
+        error = e
     finally:
         log("torn down: " + (", ".join(parts.stopped) or "nothing was left running"))
-    return finish(args, target, work, results, meta_doc, calibration)
+    if status["phase"] not in SENDING_PHASES and status["state"] != "completed":
+        if error is not None:
+            raise error
+        log(f"interrupted before sending: nothing measured (partial files stay in {work})")
+        return 130
+    return finish(args, target, work, results, meta_doc)
+
+
+SENDING_PHASES = ("sending", "draining")
+
+
+def enter(meta_doc: dict, phase: str) -> None:
+    """The run's current step, named in its status (and in the reason if it ends there)."""
+    meta_doc["status"]["phase"] = phase
 
 
 def measure(
     args: argparse.Namespace, setting: Setting, target: Target, parts: Parts, meta_doc: dict
-) -> tsc_timer.Calibration:
+) -> None:
     """Calibrate, start Kafka and the job, apply the setting and read it back, send every
     record and drain; meta_doc gets what each step found."""
+    run_id = meta_doc["run_id"]
     log(
-        f"run {meta_doc['run_id']}: {args.records} records from 6 producers every "
+        f"run {run_id}: {args.records} records from 6 producers every "
         f"{args.send_ms:g} ms, SCHED={setting.sched}"
     )
     calibration, meta_doc["cpu_latency"] = target.calibrate(parts)
+    meta_doc["clock"] = {"tsc": calibration.as_dict()}
     (parts.work / "calibration.json").write_text(json.dumps(calibration.as_dict()))
+    # each step's phase is entered before the last one's line is logged: a Ctrl-C right after
+    # that line is reported in the phase that follows it
+    enter(meta_doc, "starting Kafka")
     c = calibration
     log(f"TSC {c.hz / 1e6:.3f} MHz ({c.source}, ±{c.error_ppm:.2f} ppm) in {target.messaging.name}")
     meta_doc["kafka"] = target.start_broker(parts)
     bootstrap = meta_doc["kafka"]["bootstrap"]
+    enter(meta_doc, "starting the Flink job")
     log(f"Kafka {bootstrap} up, topics {', '.join(TOPICS.values())}")
     job = start_job(target, parts, bootstrap)
-    ready_s = wait_job_ready(target.messaging, bootstrap, job, parts.work, target.ready_timeout_s)
-    log(f"Flink job running ({target.job_started(job)}), answered the probe in {ready_s:.1f} s")
+    ready_s = wait_job_ready(target, parts, bootstrap, job, run_id)
+    started = target.job_started(job)
+    enter(meta_doc, "applying the scheduler setting")
+    log(f"Flink job running ({started}), answered the probe in {ready_s:.1f} s")
     parts.on_teardown(lambda: reset_scheduler(target, parts))  # also after a failed apply
     meta_doc["sched"] = target.scheduler.apply(setting)
-    log(f"scheduler setting applied and read back: {setting.sched}")
-    consumer, lines = start_consumer(target, parts, bootstrap, args.records)
-    producers = start_producers(target, parts, bootstrap, args)
-    steal = drain(args, target, parts, (job, consumer, producers), lines)
+    enter(meta_doc, "starting the consumer")
+    consumer, lines = start_consumer(target, parts, bootstrap, args.records, (job, run_id))
+    enter(meta_doc, "sending")
+    producers = start_producers(target, parts, bootstrap, args, run_id)
+    steal = drain(args, target, parts, (job, consumer, producers), lines, meta_doc)
     if steal is not None:
         meta_doc["steal_while_sending"] = steal
     meta_doc["sched_at_end"] = target.scheduler.read()
-    return calibration
 
 
 def default_run_id(target: str, setting: Setting) -> str:
@@ -201,6 +238,7 @@ def begin_meta(args: argparse.Namespace, run_id: str, setting: Setting, target: 
             "campaign": args.campaign,
         },
         "started_at": datetime.now(UTC).isoformat(),
+        "status": {"state": "running", "reason": None, "phase": "calibrating the TSC"},
         # how the harness was started and what it read: make rerun repeats a run from these
         "invocation": {"argv": sys.argv, "cwd": os.getcwd()},
         **target.describe(),
@@ -243,25 +281,25 @@ def start_job(target: Target, parts: Parts, bootstrap: str) -> subprocess.Popen:
 
 
 def wait_job_ready(
-    machine: Machine, bootstrap: str, job: subprocess.Popen, work: Path, timeout: float
+    target: Target, parts: Parts, bootstrap: str, job: subprocess.Popen, run_id: str
 ) -> float:
     """The readiness probe (hvbench_load.probe), run where the broker is. Returns seconds."""
+    machine, work, timeout = target.messaging, parts.work, target.ready_timeout_s
 
     def gone() -> str | None:
-        if job.poll() is None:
-            return None
-        return f"the Flink job exited with {job.returncode} while starting:\n" + tail(
-            work / "job.out"
-        )
+        return target.part_gone(job)
 
     if not machine.remote:
         try:
-            return probe.wait_for_job(bootstrap, timeout, job_gone=gone)
+            return probe.wait_for_job(bootstrap, timeout, run_id, job_gone=gone)
         except probe.ProbeError as e:
             raise RunError(f"{e}\n{tail(work / 'job.out')}") from None
     started = time.monotonic()
     prober = machine.start(
-        machine.module("hvbench_load.probe", "--bootstrap", bootstrap, "--timeout", str(timeout)),
+        machine.module(
+            "hvbench_load.probe",
+            *("--bootstrap", bootstrap, "--run-id", run_id, "--timeout", str(timeout)),
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -279,24 +317,18 @@ def wait_job_ready(
         stop_process(prober)
 
 
-def start_consumer(target: Target, parts: Parts, bootstrap: str, expect: int):
+def start_consumer(target: Target, parts: Parts, bootstrap: str, expect: int, watched):
     """The consumer, once it has its partitions; and its output's lines."""
+    job, run_id = watched
     machine, work = target.messaging, target.paths.work
     consumer = parts.start(
         "consumer",
         machine,
         machine.module(
             "hvbench_load.consumer",
-            "--bootstrap",
-            bootstrap,
-            "--calibration",
-            f"{work}/calibration.json",
-            "--expect",
-            str(expect),
-            "--out",
-            f"{work}/received.csv",
-            "--dead-letters",
-            f"{work}/dead_letters.jsonl",
+            *("--bootstrap", bootstrap, "--calibration", f"{work}/calibration.json"),
+            *("--run-id", run_id, "--expect", str(expect)),
+            *("--out", f"{work}/received.csv", "--dead-letters", f"{work}/dead_letters.jsonl"),
         ),
         stdout=subprocess.PIPE,
         stderr=open(parts.work / "consumer.err", "wb"),  # noqa: SIM115 — the child's
@@ -306,11 +338,19 @@ def start_consumer(target: Target, parts: Parts, bootstrap: str, expect: int):
     while next_line(lines, 1.0) != "consumer: assigned":
         if consumer.poll() is not None or time.monotonic() > subscribed_by:
             raise RunError("the consumer got no partitions:\n" + tail(parts.work / "consumer.err"))
+        watch(target, job)
     return consumer, lines
 
 
+def watch(target: Target, job: subprocess.Popen) -> None:
+    """RunError at once if the job or the broker is gone (the broker after its restarts)."""
+    reason = target.part_gone(job)
+    if reason:
+        raise RunError(reason)
+
+
 def start_producers(
-    target: Target, parts: Parts, bootstrap: str, args: argparse.Namespace
+    target: Target, parts: Parts, bootstrap: str, args: argparse.Namespace, run_id: str
 ) -> subprocess.Popen:
     machine, work = target.messaging, target.paths.work
     producers = parts.start(
@@ -318,22 +358,11 @@ def start_producers(
         machine,
         machine.module(
             "hvbench_load.producers",
-            "--bootstrap",
-            bootstrap,
-            "--data",
-            target.paths.data,
-            "--calibration",
-            f"{work}/calibration.json",
-            "--records",
-            str(args.records),
-            "--period-ms",
-            str(args.send_ms),
-            "--ramp-s",
-            str(args.ramp),
-            "--malformed",
-            str(args.malformed),
-            "--out",
-            f"{work}/sent.csv",
+            *("--bootstrap", bootstrap, "--data", target.paths.data),
+            *("--calibration", f"{work}/calibration.json", "--run-id", run_id),
+            *("--records", str(args.records), "--period-ms", str(args.send_ms)),
+            *("--ramp-s", str(args.ramp), "--malformed", str(args.malformed)),
+            *("--out", f"{work}/sent.csv", "--malformed-out", f"{work}/malformed.jsonl"),
         ),
         stdout=open(parts.work / "producers.out", "wb"),  # noqa: SIM115 — the child's
         stderr=subprocess.STDOUT,
@@ -345,9 +374,12 @@ def start_producers(
     return producers
 
 
-def drain(args: argparse.Namespace, target: Target, parts: Parts, procs, lines) -> dict | None:
+def drain(
+    args: argparse.Namespace, target: Target, parts: Parts, procs, lines, meta_doc: dict
+) -> dict | None:
     """Relay the consumer's progress until it has every record, or until DRAIN seconds after
-    the producers finished; the steal time while they sent (None if the consumer was first)."""
+    the producers finished, watching the job and the broker; the steal time while the
+    producers sent (None if the consumer was first)."""
     job, consumer, producers = procs
     machines = target.machines()
     started = time.monotonic()
@@ -358,12 +390,12 @@ def drain(args: argparse.Namespace, target: Target, parts: Parts, procs, lines) 
         if line:
             relay_line(line, args.records, started)
         if producers.poll() is not None and drain_deadline is None:
+            enter(meta_doc, "draining")
             drain_deadline = time.monotonic() + args.drain
             steal = target.steal(
                 {m.name: tuning.steal_between(cpu_at_start[m.name], cpu_times(m)) for m in machines}
             )
-        if job.poll() is not None:
-            raise RunError(f"the Flink job died during the run:\n{tail(parts.work / 'job.out')}")
+        watch(target, job)
         if drain_deadline is not None and time.monotonic() > drain_deadline:
             stop_process(consumer, 60)
     if sys.stdout.isatty():
@@ -392,51 +424,59 @@ def reset_scheduler(target: Target, parts: Parts) -> None:
 
 
 def finish(
-    args: argparse.Namespace,
-    target: Target,
-    work: Path,
-    results: Path,
-    meta_doc: dict,
-    calibration: tsc_timer.Calibration,
+    args: argparse.Namespace, target: Target, work: Path, results: Path, meta_doc: dict
 ) -> int:
-    """Account for every record, write results/<run-id>/ and print the summary."""
+    """Account for every record, write results/<run-id>/ and print the summary; also for a
+    run that failed or was interrupted while sending (its status says so)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what was measured is written first
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    run_id = meta_doc["run_id"]
     samples, counts, _ = accounting.account(
-        work / "sent.csv",
-        work / "received.csv",
-        work / "dead_letters.jsonl",
-        warmup_ns=round(args.warmup * 1e9),
-        malformed_sent=args.malformed,
+        work, run_id, round(args.warmup * 1e9), probe_record(run_id)
     )
-    logs = [work / name for name in RUN_LOGS if (work / name).exists()]
-    logs += sorted((work / "flink-log").glob("*.log"))
-    facts = target.facts()
     latency = accounting.latency_stats(samples)
+    facts = collect_facts(target)
     meta_doc.update(
         {
             "ended_at": datetime.now(UTC).isoformat(),
-            "clock": {
-                "tsc": calibration.as_dict(),
-                "stamps": "TSC ns, one calibration shared by producers and consumer "
-                + facts["stamps_where"],
-            },
+            "faults": target.faults(),
             "counts": counts.as_dict(),
             "latency": latency,
             "latency_from_intended": accounting.latency_stats(samples, "latency_from_intended_ns"),
             "warmup_excluded_s": args.warmup,
             "clients": {"producer": PRODUCER_CONFIG, "consumer": CONSUMER_CONFIG},
-            "job": json.loads((work / "job-settings.json").read_text()),
-            "model": facts["model"],
-            "host": facts["host"],
-            "versions": facts["versions"],
+            "job": read_json(work / "job-settings.json"),
+            "model": facts.get("model"),
+            "host": facts.get("host"),
+            "versions": facts.get("versions"),
             "git": meta.collect_git(),
         }
     )
+    meta_doc.setdefault("clock", {})["stamps"] = (
+        "TSC ns, one calibration shared by producers and consumer " + facts.get("stamps_where", "")
+    )
+    logs = [work / name for name in RUN_LOGS if (work / name).exists()]
+    logs += sorted((work / "flink-log").glob("*.log"))
+    letters = work / "dead_letters.jsonl"
     results_contract.write_run(
-        results, meta_doc, samples, dead_letters=work / "dead_letters.jsonl", logs=logs
+        results, meta_doc, samples, dead_letters=letters if letters.exists() else None, logs=logs
     )
     shutil.rmtree(work, ignore_errors=True)
-    print_summary(results, counts, latency, meta_doc.get("steal_while_sending"))
-    return 0 if counts.accounted else 2
+    print_summary(results, counts, latency, meta_doc)
+    state = meta_doc["status"]["state"]
+    return EXIT_CODES.get(state, 0 if counts.accounted else 2)
+
+
+def collect_facts(target: Target) -> dict:
+    """The target's facts; what went wrong instead, if a machine no longer answers."""
+    try:
+        return target.facts()
+    except (TestbedError, OSError, ValueError) as e:
+        return {"error": f"facts not collected: {e}"}
+
+
+def read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def relay_line(line: str, expect: int, started: float) -> None:
@@ -451,14 +491,16 @@ def relay_line(line: str, expect: int, started: float) -> None:
         log(f"  {line[10:]}")
 
 
-def print_summary(
-    results: Path, counts: accounting.Counts, latency: dict, steal: dict | None = None
-) -> None:
+def print_summary(results: Path, counts: accounting.Counts, latency: dict, meta_doc: dict) -> None:
+    status = meta_doc["status"]
     print(f"\nresults: {results}/")
+    if status["state"] != "completed":
+        print(f"  RUN {status['state'].upper()}: {status['reason'].splitlines()[0]}")
+        print("  (what it measured until then is written, marked as such)")
     print(
         f"  sent {counts.sent}  received {counts.received}  missing {counts.missing}  "
-        f"duplicated {counts.duplicated}  dead-lettered (injected) "
-        f"{counts.malformed_dead_lettered}/{counts.malformed_sent}"
+        f"undelivered {counts.undelivered}  duplicated {counts.duplicated}  "
+        f"dead-lettered (injected) {counts.malformed_dead_lettered}/{counts.malformed_sent}"
     )
     if latency.get("n"):
         print(
@@ -466,7 +508,19 @@ def print_summary(
             f"p50 {latency['p50_ms']:.2f} ms  p99 {latency['p99_ms']:.2f} ms  "
             f"p99.9 {latency['p99.9_ms']:.2f} ms  max {latency['max_ms']:.2f} ms"
         )
-    # one figure for this machine, or one per machine of a testbed
+    print_steal(meta_doc.get("steal_while_sending"))
+    for fault in meta_doc.get("faults", []):
+        print(f"  fault: {fault['part']} {fault['event']}: {fault['detail']}")
+    if counts.foreign():
+        print(f"  {counts.foreign()}")
+    if counts.accounted:
+        print("  every record accounted for")
+    else:
+        print("  UNACCOUNTED RECORDS: " + "; ".join(counts.problems()))
+
+
+def print_steal(steal: dict | None) -> None:
+    """One figure for this machine, or one per machine of a testbed."""
     per_machine = {"": steal} if steal and "steal_s" in steal else (steal or {})
     for name, figure in per_machine.items():
         if figure["steal_s"] > 0:
@@ -475,10 +529,6 @@ def print_summary(
                 f"  the hypervisor took {figure['steal_pct']:.2f} % of CPU time{where} "
                 "while sending (steal)"
             )
-    if counts.accounted:
-        print("  every record accounted for")
-    else:
-        print("  UNACCOUNTED RECORDS: " + "; ".join(counts.problems()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,11 +29,12 @@ from hvbench_harness.testbed import HostScheduler, Machine, Testbed, TestbedErro
 
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
 # Threads of the job's JVM that handle records (comm names, cut to 15 characters by the
-# kernel): the chained task of source + Python operator + sinks, the Kafka source's fetcher,
-# and the network threads of the two Kafka sinks (results, dead letters): four threads.
+# kernel): the chained task of source + Python operator + sink, the Kafka source's fetcher,
+# and the network thread of the results' Kafka sink: three threads. (Dead letters go out
+# through the operator's own client, librdkafka's threads, which no result waits on.)
 # SCHED=deadline applies to these on the bare target.
 JOB_THREAD_PATTERNS = (r"^Source: kafka-", r"^Source Data Fet", r"^kafka-producer-")
-JOB_THREADS = 4
+JOB_THREADS = 3
 
 
 @dataclass
@@ -76,6 +77,8 @@ class BareTarget:
         )
         self.scheduler = LinuxScheduler(run_id, JOB_THREAD_PATTERNS, JOB_THREADS)
         self.readiness: dict = {}
+        self.broker: KafkaBroker | None = None
+        self.jvm_pid: int | None = None
 
     def machines(self) -> set[Machine]:
         return {self.messaging}
@@ -115,19 +118,35 @@ class BareTarget:
         return calibration, held
 
     def start_broker(self, parts: Parts) -> dict:
-        broker = KafkaBroker(self.args.kafka_libs, Path(self.paths.work) / "kafka")
+        self.broker = broker = KafkaBroker(self.args.kafka_libs, Path(self.paths.work) / "kafka")
         parts.on_teardown(lambda: (broker.stop(), parts.stopped.append("Kafka")))
         broker.start()
         broker.create_topics(list(TOPICS.values()))
-        return broker.describe()
+        broker.keep(self.args.broker_restarts)
+        return {**broker.describe(), "restarts_allowed": self.args.broker_restarts}
 
     def job_started(self, job: subprocess.Popen) -> str:
         """The setting applies to the job's JVM threads: find the JVM."""
-        jvm_pid = job_jvm_pid(job)
-        if jvm_pid is None:
+        self.jvm_pid = job_jvm_pid(job)
+        if self.jvm_pid is None:
             raise RunError("the job's JVM was not found")
-        self.scheduler.bind(jvm_pid)
-        return f"JVM pid {jvm_pid}"
+        self.scheduler.bind(self.jvm_pid)
+        return f"JVM pid {self.jvm_pid}"
+
+    def part_gone(self, job: subprocess.Popen) -> str | None:
+        """Why the run cannot go on (the job or its JVM exited, Kafka is gone for good)."""
+        work = Path(self.paths.work)
+        if job.poll() is not None:
+            end = tail(work / "job.out")
+            return f"the Flink job exited with {job.returncode}; the end of its log:\n{end}"
+        if self.jvm_pid is not None and not Path(f"/proc/{self.jvm_pid}").exists():
+            return f"the Flink job's JVM (pid {self.jvm_pid}) is gone:\n{tail(work / 'job.out')}"
+        if self.broker is not None and self.broker.failure:
+            return f"Kafka is gone: {self.broker.failure}"
+        return None
+
+    def faults(self) -> list[dict]:
+        return list(self.broker.faults) if self.broker else []
 
     def steal(self, figures: dict) -> dict:
         return figures[self.messaging.name]  # one machine: the figure itself
@@ -168,6 +187,9 @@ class TestbedTarget:
         )
         self.scheduler = HostScheduler(self.testbed)
         self.readiness: dict = {}
+        self.broker: subprocess.Popen | None = None
+        self.broker_lines = None
+        self.broker_faults: list[dict] = []
         log(
             f"testbed: host {self.testbed.host.ssh[-1]}, messaging VM, real-time VM "
             f"({self.testbed.realtime_domain})"
@@ -225,19 +247,47 @@ class TestbedTarget:
                 self.testbed.messaging_address,
                 "--topics",
                 ",".join(TOPICS.values()),
+                "--restarts",
+                str(self.args.broker_restarts),
             ),
             stdout=subprocess.PIPE,
             stderr=open(parts.work / "broker.err", "wb"),  # noqa: SIM115 — the child's
         )
-        first = next_line(line_queue(broker.stdout), 420)  # the broker waits up to 300 s
+        self.broker_lines = line_queue(broker.stdout)
+        first = next_line(self.broker_lines, 420)  # the broker waits up to 300 s
         if not first or not first.startswith("{"):
             raise RunError(
                 f"Kafka did not start in {self.messaging.name}:\n" + tail(parts.work / "broker.err")
             )
-        return json.loads(first)
+        self.broker = broker
+        return {**json.loads(first), "restarts_allowed": self.args.broker_restarts}
 
     def job_started(self, job: subprocess.Popen) -> str:
         return f"in {self.realtime.name}"
+
+    def part_gone(self, job: subprocess.Popen) -> str | None:
+        """Why the run cannot go on: the job or the broker (or the SSH session that tethers
+        it) ended; the broker reports its restarts as it goes (one JSON line each)."""
+        work = Path(self.work)
+        if job.poll() is not None:
+            return (
+                f"the Flink job in {self.realtime.name} (or its SSH session) ended with "
+                f"{job.returncode}:\n{tail(work / 'job.out')}"
+            )
+        if self.broker is None:
+            return None
+        while (line := next_line(self.broker_lines, 0)) is not None:
+            if line.startswith('{"fault"'):
+                self.broker_faults.append(json.loads(line)["fault"])
+        if self.broker.poll() is not None:
+            return (
+                f"Kafka in {self.messaging.name} (or its SSH session) ended with "
+                f"{self.broker.returncode}:\n{tail(work / 'broker.err')}"
+            )
+        return None
+
+    def faults(self) -> list[dict]:
+        return list(self.broker_faults)
 
     def steal(self, figures: dict) -> dict:
         return figures  # one figure per machine

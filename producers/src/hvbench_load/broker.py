@@ -3,6 +3,10 @@
 The jars come from Maven Central (`make kafka`, see producers/kafka/pom.xml). Each broker gets a
 fresh work directory: its configuration, its data and its log live there, so a run starts from
 empty topics and leaves its broker log behind for inspection.
+
+`keep(restarts)` watches the broker while a run needs it: if it exits, it is started again on
+the same ports and data (up to `restarts` times) and each exit is recorded in `faults`; past
+that, `failure` says why and the run ends.
 """
 
 from __future__ import annotations
@@ -86,6 +90,11 @@ class KafkaBroker:
         self.jvm_opts = jvm_opts
         self.java = java
         self.process: subprocess.Popen | None = None
+        self.faults: list[dict] = []
+        self.failure: str | None = None
+        self._keeping = threading.Event()
+        self._keeper: threading.Thread | None = None
+        self._started_at = 0.0
         self.properties = {
             "process.roles": "broker,controller",
             "node.id": "1",
@@ -151,15 +160,63 @@ class KafkaBroker:
         )
         if fmt.returncode != 0:
             raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
-        with open(self.work_dir / "broker.out", "wb") as out:
+        self._started_at = time.monotonic()
+        self._launch(timeout)
+
+    def _launch(self, timeout: float) -> None:
+        """Start the JVM on the configuration and data in work_dir; wait until it serves."""
+        with open(self.work_dir / "broker.out", "ab") as out:
             # own session: stop() signals the JVM alone, a Ctrl-C in the terminal does not
             self.process = subprocess.Popen(
-                self._java("kafka.Kafka", str(config)),
+                self._java("kafka.Kafka", str(self.work_dir / "server.properties")),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         self._wait_ready(timeout)
+
+    def keep(self, restarts: int, poll_s: float = 0.5) -> None:
+        """Watch the broker on a thread; see the module's docstring."""
+        self._keeping.set()
+        self._keeper = threading.Thread(
+            target=self._keep, args=(restarts, poll_s), name="broker-keeper", daemon=True
+        )
+        self._keeper.start()
+
+    def _keep(self, restarts: int, poll_s: float) -> None:
+        while self._keeping.is_set():
+            code = self.process.poll()
+            if code is None:
+                time.sleep(poll_s)
+                continue
+            fault = {
+                "part": "broker",
+                "event": "exited",
+                "exit_code": code,
+                "at_s": round(time.monotonic() - self._started_at, 1),
+                "detail": f"Kafka exited with {code}",
+            }
+            if not self._keeping.is_set():
+                return  # stop() is under way
+            if sum(f["event"] == "restarted" for f in self.faults) >= restarts:
+                self._give_up(fault, f"no restart left (BROKER_RESTARTS={restarts})")
+                return
+            try:
+                self._launch(90.0)
+            except BrokerError as e:
+                self._give_up(fault, f"the restart failed: {e}")
+                return
+            fault["event"] = "restarted"
+            fault["detail"] += (
+                f"; restarted on the same data, serving again after "
+                f"{time.monotonic() - self._started_at - fault['at_s']:.1f} s"
+            )
+            self.faults.append(fault)
+
+    def _give_up(self, fault: dict, why: str) -> None:
+        fault["detail"] += f"; {why}"
+        self.faults.append(fault)
+        self.failure = fault["detail"] + " (the broker's log: broker.log)"
 
     def _wait_ready(self, timeout: float) -> None:
         """Ready when the listener accepts connections and the broker answers for metadata."""
@@ -215,6 +272,9 @@ class KafkaBroker:
 
     def stop(self, timeout: float = 20.0) -> None:
         """Controlled shutdown on SIGTERM; SIGKILL if it does not finish in time."""
+        self._keeping.clear()
+        if self._keeper is not None and self._keeper is not threading.current_thread():
+            self._keeper.join()
         if self.process is None or self.process.poll() is not None:
             return
         os.killpg(self.process.pid, signal.SIGTERM)
@@ -253,12 +313,14 @@ def java_version(java: str = "java") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve a broker for a run on another machine: start it, create the topics, print what
-    runs (one JSON line), and stop it on SIGTERM (see hvbench-agent tether)."""
+    runs (one JSON line), then one JSON line per fault ({"fault": {...}}); stop it on SIGTERM
+    (see hvbench-agent tether). Exits 1 if the broker is gone for good."""
     p = argparse.ArgumentParser(prog="python -m hvbench_load.broker", description=main.__doc__)
     p.add_argument("--libs", required=True, help="the Kafka jars")
     p.add_argument("--work", required=True, help="configuration, data and log")
     p.add_argument("--host", required=True, help="the address to listen on")
     p.add_argument("--topics", required=True, help="comma-separated")
+    p.add_argument("--restarts", type=int, default=1, help="restarts allowed if it exits")
     args = p.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -267,12 +329,25 @@ def main(argv: list[str] | None = None) -> int:
         broker.start(timeout=300)  # a JVM inside a slow guest takes its time
         broker.create_topics(args.topics.split(","))
         print(json.dumps(broker.describe()), flush=True)
-        stop.wait()
+        broker.keep(args.restarts)
+        return serve(broker, stop)
     except BrokerError as e:
         print(f"broker: {e}", file=sys.stderr)
         return 1
     finally:
         broker.stop()
+
+
+def serve(broker: KafkaBroker, stop: threading.Event) -> int:
+    """Report faults as they come until asked to stop (0) or the broker is gone (1)."""
+    told = 0
+    while not stop.wait(0.5):
+        for fault in broker.faults[told:]:
+            print(json.dumps({"fault": fault}), flush=True)
+        told = len(broker.faults)
+        if broker.failure:
+            print(f"broker: {broker.failure}", file=sys.stderr)
+            return 1
     return 0
 
 

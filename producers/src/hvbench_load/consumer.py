@@ -1,12 +1,16 @@
 """The consumer: stamps every result on receipt (TSC ns) and keeps every dead letter.
 
 It reads the output and the dead-letter topics, stamps a message the moment poll() returns it,
-and only then parses it. It stops when it has seen `--expect` distinct results, or on SIGTERM
-(the harness sends it once the producers are done and the drain time has passed), and writes
-what it received; progress goes to stdout once a second.
+and only then parses it. A result is the run's own only if its `run` is the run's id and its
+`detector` and `seq` are a JSON string and integer; others are counted as foreign (never
+matched to a sent record). Dead letters are all kept: the harness attributes them.
+
+It stops when it has seen `--expect` distinct results of its own, or on SIGTERM (the harness
+sends it once the producers are done and the drain time has passed), and writes what it
+received, and the foreign count in --summary; progress goes to stdout once a second.
 
     python -m hvbench_load.consumer --bootstrap 127.0.0.1:9092 --calibration cal.json \\
-        --expect 20000 --out received.csv --dead-letters dead_letters.jsonl
+        --run-id r1 --expect 20000 --out received.csv --dead-letters dead_letters.jsonl
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError
+from hvbench_job import detectors
 
 import tsc_timer
+from hvbench_load.producers import per_detector_counts
 
 # librdkafka consumer settings, chosen for latency and recorded in meta.json.
 CONSUMER_CONFIG = {
@@ -40,6 +46,8 @@ CONSUMER_CONFIG = {
 # together costs one call instead of one each; each is stamped when the call returns.
 BATCH = 500
 
+FOREIGN_EXAMPLES = 5  # foreign results kept as examples (cut to 300 characters each)
+
 FIELDS = [
     "detector",
     "seq",
@@ -54,8 +62,24 @@ FIELDS = [
 ]
 
 
+def own_key(value: bytes, run_id: str) -> tuple[str, int] | None:
+    """(detector, seq) of a result of this run, compared with strict JSON types; else None."""
+    try:
+        record = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("run") != run_id:
+        return None
+    detector, seq = record.get("detector"), record.get("seq")
+    if isinstance(detector, str) and isinstance(seq, int) and not isinstance(seq, bool):
+        return detector, seq
+    return None
+
+
 class Receiver:
-    def __init__(self, bootstrap: str, topics: list[str], group: str) -> None:
+    def __init__(
+        self, bootstrap: str, topics: list[str], group: str, run_id: str, expect: int
+    ) -> None:
         self.consumer = Consumer(
             {"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER_CONFIG}
         )
@@ -68,10 +92,13 @@ class Receiver:
             self.assigned = True
 
         self.consumer.subscribe(topics, on_assign=on_assign)
-        self.output_topic = topics[0]
+        self.output_topic, self.run_id = topics[0], run_id
         self.results: list[tuple] = []  # (received_ns, raw bytes), parsed at the end
         self.dead_letters: list[tuple[int, bytes]] = []
-        self.distinct: set[tuple[str, int]] = set()
+        self.distinct: set[tuple[str, int]] = set()  # of the keys the producers will send
+        self.due = per_detector_counts(expect, [d.key for d in detectors.DETECTORS])
+        self.foreign = 0
+        self.foreign_examples: list[str] = []
         self.errors: list[str] = []
 
     def poll(self, timeout: float) -> None:
@@ -88,21 +115,30 @@ class Receiver:
 
     def _take(self, msg, received: int) -> None:
         if msg.error():
-            if msg.error().code() != KafkaError._PARTITION_EOF:
-                self.errors.append(str(msg.error()))
+            error = msg.error()
+            if error.fatal():
+                self.errors.append(str(error))
+            elif error.code() != KafkaError._PARTITION_EOF:
+                # e.g. the broker restarting: the client reconnects by itself
+                print(f"consumer: {error}", file=sys.stderr, flush=True)
         elif msg.topic() == self.output_topic:
             value = msg.value()
+            key = own_key(value, self.run_id)
+            if key is None:
+                self.foreign += 1
+                if len(self.foreign_examples) < FOREIGN_EXAMPLES:
+                    self.foreign_examples.append(value[:300].decode(errors="replace"))
+                return
             self.results.append((received, value))
-            # a cheap key for the stop condition; the full parse happens once, at the end
-            record = json.loads(value)
-            self.distinct.add((record["detector"], record["seq"]))
+            if key[1] < self.due.get(key[0], 0):  # a look-alike's seq does not count
+                self.distinct.add(key)
         else:
             self.dead_letters.append((received, msg.value()))
 
     def close(self) -> None:
         self.consumer.close()
 
-    def write(self, received_csv: Path, dead_letters_jsonl: Path) -> None:
+    def write(self, received_csv: Path, dead_letters_jsonl: Path, summary_json: Path) -> None:
         with open(received_csv, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(FIELDS)
@@ -127,6 +163,8 @@ class Receiver:
                 letter = json.loads(value)
                 letter["received_ns"] = received
                 f.write(json.dumps(letter) + "\n")
+        summary = {"foreign_results": self.foreign, "foreign_examples": self.foreign_examples}
+        summary_json.write_text(json.dumps(summary, indent=1) + "\n")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -138,9 +176,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dead-letter-topic", default="dead-letter")
     p.add_argument("--group", default="hvbench-consumer")
     p.add_argument("--calibration", required=True)
+    p.add_argument("--run-id", required=True, help="results of other runs are foreign")
     p.add_argument("--expect", type=int, required=True, help="distinct results to wait for")
     p.add_argument("--out", required=True, help="CSV of every result received")
     p.add_argument("--dead-letters", required=True, help="JSON lines of every dead letter")
+    p.add_argument("--summary", help="JSON: foreign results (default: next to --out)")
     return p.parse_args(argv)
 
 
@@ -155,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    receiver = Receiver(args.bootstrap, [args.output_topic, args.dead_letter_topic], args.group)
+    topics = [args.output_topic, args.dead_letter_topic]
+    receiver = Receiver(args.bootstrap, topics, args.group, args.run_id, args.expect)
     print("consumer: subscribed", flush=True)
     # The loop makes no reference cycles; a full collection over the results kept so far would
     # only delay a receipt stamp.
@@ -173,10 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     # results may still be in flight when the expected count is reached through duplicates: none
     # are lost by stopping here, they would be counted as duplicates at most
     receiver.close()
-    receiver.write(Path(args.out), Path(args.dead_letters))
+    summary = Path(args.summary or Path(args.out).with_name("consumer.json"))
+    receiver.write(Path(args.out), Path(args.dead_letters), summary)
     print(
         f"consumer: done, {len(receiver.results)} results "
-        f"({len(receiver.distinct)} distinct), {len(receiver.dead_letters)} dead letters",
+        f"({len(receiver.distinct)} distinct), {len(receiver.dead_letters)} dead letters, "
+        f"{receiver.foreign} foreign results",
         flush=True,
     )
     for e in receiver.errors[:20]:

@@ -2,17 +2,18 @@
 
 It sends a record the job must refuse and waits for it in the dead-letter topic: then the
 source, the Python operator with its model and the sinks all run. The run starts its producers
-only after this.
+only after this. The probe's text is probe_record(run id), so the harness knows the one dead
+letter that is expected besides the injected malformed records.
 
-    python -m hvbench_load.probe --bootstrap 192.168.123.10:40123 --timeout 600
+    python -m hvbench_load.probe --bootstrap 192.168.123.10:40123 --run-id r1 --timeout 600
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
-import uuid
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer
@@ -20,7 +21,11 @@ from confluent_kafka import Consumer, Producer
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.producers import PRODUCER_CONFIG
 
-PROBE_PREFIX = "hvbench-readiness-probe-"
+PROBE_PREFIX = "hvbench-readiness-probe:"
+
+
+def probe_record(run_id: str) -> str:
+    return PROBE_PREFIX + run_id
 
 
 class ProbeError(RuntimeError):
@@ -30,13 +35,14 @@ class ProbeError(RuntimeError):
 def wait_for_job(
     bootstrap: str,
     timeout: float,
+    run_id: str,
     input_topic: str = "input",
     dead_letter_topic: str = "dead-letter",
     job_gone: Callable[[], str | None] = lambda: None,
 ) -> float:
     """Seconds until the probe came back. `job_gone` returns why the job can no longer
     answer (it exited), or None while it runs."""
-    probe = PROBE_PREFIX + uuid.uuid4().hex
+    probe = probe_record(run_id)
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"probe-{probe}", **CONSUMER_CONFIG}
     )
@@ -51,11 +57,18 @@ def wait_for_job(
             if gone:
                 raise ProbeError(gone)
             msg = consumer.poll(0.5)
-            if msg is not None and not msg.error() and probe.encode() in msg.value():
+            if msg is not None and not msg.error() and answers(msg.value(), probe):
                 return time.monotonic() - start
         raise ProbeError(f"the Flink job did not answer the probe within {timeout:.0f} s")
     finally:
         consumer.close()
+
+
+def answers(letter: bytes, probe: str) -> bool:
+    try:
+        return json.loads(letter).get("record") == probe
+    except (ValueError, AttributeError):
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,12 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m hvbench_load.probe", description=__doc__.split("\n")[0]
     )
     p.add_argument("--bootstrap", required=True)
+    p.add_argument("--run-id", required=True)
     p.add_argument("--timeout", type=float, default=180.0)
     p.add_argument("--input", default="input")
     p.add_argument("--dead-letter", default="dead-letter")
     args = p.parse_args(argv)
     try:
-        seconds = wait_for_job(args.bootstrap, args.timeout, args.input, args.dead_letter)
+        seconds = wait_for_job(
+            args.bootstrap, args.timeout, args.run_id, args.input, args.dead_letter
+        )
     except ProbeError as e:
         print(f"probe: {e}", file=sys.stderr)
         return 1

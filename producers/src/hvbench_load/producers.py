@@ -13,10 +13,14 @@ the warm-up. The ramp belongs inside the warm-up; `send_offset_ns` is the schedu
 
 Each producer is its own Kafka client on its own thread. Records are the detector's real
 windows (12 five-minute flows and the latest speed) taken in order from the data, skipping
-windows that touch a missing value.
+windows that touch a missing value. Every record carries the run's id and the producer's own
+sequence number, which name it exactly.
+
+SIGTERM or Ctrl-C stops the sending; what was sent is written all the same (sent.csv, and the
+injected malformed records' exact texts in --malformed-out), so a stopped run keeps its log.
 
     python -m hvbench_load.producers --bootstrap 127.0.0.1:9092 --data data/pems \\
-        --calibration cal.json --records 20000 --out sent.csv
+        --calibration cal.json --run-id r1 --records 20000 --out sent.csv
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import csv
 import gc
 import json
 import math
+import signal
 import sys
 import threading
 import time
@@ -49,8 +54,13 @@ PRODUCER_CONFIG = {
 }
 
 # Malformed records the producers can inject (--malformed K), one kind after another, to show
-# the dead-letter path under load. Each carries the marker "malformed-<i>" in its text.
-MALFORMED_KINDS = ("bad-json", "missing-field", "wrong-length", "nan")
+# the dead-letter path under load. Each carries the marker "<run id>:malformed-<i>", so its
+# text is unique; the harness matches dead letters to these texts exactly. "oversized" is about
+# 800 KB (the input topic takes 1 MiB) whose bad value grows when escaped.
+MALFORMED_KINDS = ("bad-json", "missing-field", "wrong-length", "nan", "oversized")
+OVERSIZED_BYTES = 800_000
+# How long the producers wait for the broker's acknowledgements at the end (less when stopped).
+FLUSH_S, FLUSH_WHEN_STOPPED_S = 30.0, 5.0
 
 
 @dataclass
@@ -95,13 +105,14 @@ def per_detector_counts(total: int, detector_keys: list[str]) -> dict[str, int]:
     return {k: total // n + (1 if i < total % n else 0) for i, k in enumerate(detector_keys)}
 
 
-def malformed_record(i: int) -> str:
+def malformed_record(run_id: str, i: int) -> str:
     kind = MALFORMED_KINDS[i % len(MALFORMED_KINDS)]
-    marker = f"malformed-{i}"
+    marker = f"{run_id}:malformed-{i}"
     if kind == "bad-json":
-        return f'{{"marker": "{marker}", "detector": '
+        return f'{{"marker": {json.dumps(marker)}, "detector": '
     base = {
-        "marker": marker,
+        "marker": marker,  # the harness knows them by their exact text, not by their key
+        "run": run_id,
         "detector": detectors.DETECTORS[0].key,
         "seq": 0,
         "speed_mph": 60.0,
@@ -113,6 +124,8 @@ def malformed_record(i: int) -> str:
         del base["flows"]
     elif kind == "wrong-length":
         base["flows"] = [100.0] * (LOOKBACK - 1)
+    elif kind == "oversized":
+        base["speed_mph"] = '"\\' * (OVERSIZED_BYTES // 4)  # 2 characters, 4 bytes escaped
     else:  # "nan": json.dumps writes NaN, which is not JSON
         base["flows"][3] = math.nan
     return json.dumps(base)
@@ -150,6 +163,7 @@ def send_offset_ns(i: int, period_ns: int, ramp_ns: int = 0) -> int:
 def run_producer(
     bootstrap: str,
     topic: str,
+    run_id: str,
     windows: Windows,
     count: int,
     start_ns: int,
@@ -180,7 +194,8 @@ def run_producer(
         flows, speed = windows.record(seq)
         sent = tsc_timer.now_ns()
         value = (
-            f'{{"detector":"{windows.detector}","seq":{seq},"speed_mph":{speed!r},'
+            f'{{"run":{json.dumps(run_id)},"detector":"{windows.detector}","seq":{seq},'
+            f'"speed_mph":{speed!r},'
             f'"flows":{json.dumps(flows)},"intended_ns":{intended},"sent_ns":{sent}}}'
         )
         log.seq.append(seq)
@@ -189,20 +204,32 @@ def run_producer(
         log.delivered.append(False)
         producer.produce(topic, value.encode(), callback=delivered(len(log.seq) - 1))
         producer.poll(0)  # serve delivery reports without waiting
-    remaining = producer.flush(30)
+    remaining = flush(producer, stop)
     if remaining:
-        log.errors.append(f"{remaining} records still undelivered after 30 s")
+        log.errors.append(f"{remaining} records still undelivered at the end")
 
 
-def send_malformed(bootstrap: str, topic: str, count: int) -> list[str]:
+def flush(producer: Producer, stop: threading.Event) -> int:
+    """Wait for acknowledgements: FLUSH_S, or FLUSH_WHEN_STOPPED_S once asked to stop.
+    Returns how many records are still unacknowledged."""
+    started = time.monotonic()
+    while producer.flush(0.5):
+        limit = FLUSH_WHEN_STOPPED_S if stop.is_set() else FLUSH_S
+        if time.monotonic() - started > limit:
+            break
+    return len(producer)
+
+
+def send_malformed(bootstrap: str, topic: str, run_id: str, count: int, out: Path) -> None:
+    """Inject `count` malformed records; their exact texts go to `out` (JSON lines)."""
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
-    markers = []
-    for i in range(count):
-        producer.produce(topic, malformed_record(i).encode())
-        markers.append(f"malformed-{i}")
+    with open(out, "w") as texts:
+        for i in range(count):
+            text = malformed_record(run_id, i)
+            producer.produce(topic, text.encode())
+            texts.write(json.dumps(text) + "\n")
     if producer.flush(30):
         raise SystemExit("malformed records could not be delivered")
-    return markers
 
 
 def write_sent(path: Path, logs: list[SentLog]) -> int:
@@ -233,12 +260,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--topic", default="input")
     p.add_argument("--data", required=True, help="PeMS station 5-minute files")
     p.add_argument("--calibration", required=True, help="TSC calibration JSON of this run")
+    p.add_argument("--run-id", required=True, help="carried in every record")
     p.add_argument("--records", type=int, default=20_000, help="in total, over all detectors")
     p.add_argument("--period-ms", type=float, default=100.0, help="per detector")
     p.add_argument("--ramp-s", type=float, default=0.0, help="rise to the full rate over this")
     p.add_argument("--malformed", type=int, default=0, help="malformed records to inject first")
     p.add_argument("--start-delay-ms", type=float, default=200.0)
     p.add_argument("--out", required=True, help="CSV of every record sent")
+    p.add_argument("--malformed-out", help="JSON lines: the injected records' exact texts")
     return p.parse_args(argv)
 
 
@@ -248,15 +277,17 @@ def main(argv: list[str] | None = None) -> int:
     windows = load_windows(args.data)
     keys = [d.key for d in detectors.DETECTORS]
     counts = per_detector_counts(args.records, keys)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if args.malformed:
-        send_malformed(args.bootstrap, args.topic, args.malformed)
+        out = Path(args.malformed_out or Path(args.out).with_name("malformed.jsonl"))
+        send_malformed(args.bootstrap, args.topic, args.run_id, args.malformed, out)
     period_ns = round(args.period_ms * 1e6)
     start = tsc_timer.now_ns() + round(args.start_delay_ms * 1e6)
     logs = [SentLog(k) for k in keys]
     # Sending makes no reference cycles; a full collection over the growing logs would only
     # delay a send.
     gc.disable()
-    stop = threading.Event()
     threads = [
         threading.Thread(
             target=run_producer,
@@ -264,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             args=(
                 args.bootstrap,
                 args.topic,
+                args.run_id,
                 windows[k],
                 counts[k],
                 start + i * period_ns // len(keys),
@@ -279,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         t.start()
     try:
         for t in threads:
-            t.join()
+            while t.is_alive():
+                t.join(0.2)  # short joins: SIGTERM's handler runs between them
     except KeyboardInterrupt:
         stop.set()
         for t in threads:
@@ -288,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     errors = [f"{log.detector} {e}" for log in logs for e in log.errors]
     for e in errors[:20]:
         print(f"producers: {e}", file=sys.stderr)
+    if stop.is_set():
+        print(f"producers: stopped after {rows} records", file=sys.stderr)
+        return 1
     return 1 if errors or rows < args.records else 0
 
 
