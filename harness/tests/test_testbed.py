@@ -163,6 +163,37 @@ def test_a_served_broker_reports_itself_and_stops_when_the_tether_closes(tmp_pat
         socket.create_connection((host, int(port)), timeout=2)
 
 
+def test_a_served_broker_reports_its_restart_and_says_when_it_is_gone_for_good(tmp_path):
+    """What a testbed run reads from the messaging VM's broker: one JSON line per fault."""
+    proc = tethered(
+        *(sys.executable, "-m", "hvbench_load.broker", "--libs", str(LIBS)),
+        *("--work", str(tmp_path / "kafka"), "--host", "127.0.0.1", "--topics", "input"),
+        *("--restarts", "1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        json.loads(proc.stdout.readline())
+        config = tmp_path / "kafka" / "server.properties"
+
+        def kill_the_jvm() -> None:
+            pids = subprocess.run(
+                ["pgrep", "-f", f"kafka.Kafka {config}"], capture_output=True, text=True
+            ).stdout.split()
+            os.kill(int(pids[0]), 9)
+
+        kill_the_jvm()
+        fault = json.loads(proc.stdout.readline())["fault"]
+        assert fault["event"] == "restarted" and fault["exit_code"] == -9
+        kill_the_jvm()
+        assert proc.wait(60) == 1
+        assert "no restart left" in proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.stdin.close()
+            proc.wait(60)
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

@@ -206,6 +206,7 @@ class TestbedTarget:
     def describe(self) -> dict:
         return {
             "inputs": {"inventory": str(Path(self.args.inventory).resolve())},
+            "hypervisor": self.hypervisor(),
             "readiness": self.readiness,
             "placement": {
                 "kafka, producers, consumer": self.messaging.name,
@@ -213,6 +214,17 @@ class TestbedTarget:
                 "scheduler setting": f"{self.testbed.host.name}: {self.scheduler.where()}",
             },
         }
+
+    def hypervisor(self) -> dict:
+        """The host's hypervisor as its agent found it before this run: Xen's version and
+        changeset (Credit, Credit2 and RTDS behave differently across releases), or KVM's
+        QEMU and libvirt."""
+        facts = (self.readiness.get("facts") or {}).get(self.testbed.host.name) or {}
+        found = facts.get(self.name) or {}
+        if self.name == "xen":
+            keep = ("version", "changeset", "build", "commandline", "scheduler")
+            return {"name": "xen", **{k: found.get(k) for k in keep}}
+        return {"name": self.name, **found}
 
     def calibrate(self, parts: Parts) -> tuple[tsc_timer.Calibration, dict]:
         """The TSC calibration in the messaging VM, which stamps both ends."""
