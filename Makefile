@@ -225,7 +225,7 @@ $(AGENT_WHEEL): $(STAMP) $(AGENT_SOURCES)
 XEN_BUILD ?= controller
 XEN_DIR   ?= build/xen
 xen-hypervisor: $(XEN_DIR)/xen-rtds.gz ## build the Xen hypervisor with RTDS from Debian's source into build/xen
-$(XEN_DIR)/xen-rtds.gz: roles/xen_host/files/build-xen-hypervisor
+$(XEN_DIR)/xen-rtds.gz: roles/xen_host/files/build-xen-hypervisor $(wildcard roles/xen_host/files/xen-patches/*)
 	roles/xen_host/files/build-xen-hypervisor $(XEN_DIR)
 
 PROVISION_DEPS_kvm =

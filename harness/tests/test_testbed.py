@@ -118,6 +118,10 @@ def test_ssh_commands_come_from_ansibles_connection_variables():
     assert cmd[-1] == "root@192.168.123.10"
     assert "ProxyCommand=ssh -W %h:%p -p 2222 root@lab" in cmd
     assert cmd[cmd.index("-i") + 1] == "/k/id_ed25519"
+    # a silent connection ends after 4 unanswered keepalives, unless the inventory says else
+    assert "ServerAliveInterval=2" in cmd and "ServerAliveCountMax=4" in cmd
+    slow = ssh_command({**guest, "ssh_args": "-o ServerAliveInterval=30"})
+    assert slow.index("ServerAliveInterval=30") < slow.index("ServerAliveInterval=2")
     host = {**guest, "name": "lab", "address": "lab", "user": "admin", "ssh_args": ""}
     testbed = Testbed.from_json(
         {

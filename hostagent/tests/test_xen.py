@@ -115,6 +115,31 @@ def test_reset_gives_the_domain_its_pools_defaults(monkeypatch, sched, expected)
     calls = []
     monkeypatch.setattr(xen_sched, "_pool_sched", lambda name: sched)
     monkeypatch.setattr(xen_sched, "readback", lambda name: {"domain": name})
-    monkeypatch.setattr(xen_sched, "xl", lambda *args: calls.append(args) or "")
+    monkeypatch.setattr(xen_sched, "xl", lambda *args: calls.append(args) or RTDS_EXTRATIME_ON)
     assert xen_sched.reset("d") == {"domain": "d"}
-    assert calls == [expected]
+    assert calls[-1] == expected and ("pause", "d") not in calls
+
+
+# `xl sched-rtds -d hvbench-realtime -v all` on the test host (Xen 4.17.5)
+RTDS_EXTRATIME_ON = """\
+Name                                ID VCPU    Period    Budget  Extratime
+hvbench-realtime                     2    0      10000      4000        yes
+hvbench-realtime                     2    1      10000      4000        yes
+"""
+RTDS_EXTRATIME_OFF = RTDS_EXTRATIME_ON.replace("yes", " no").replace("10000", "80000")
+
+
+@pytest.mark.parametrize("extratime", [0, 1])
+def test_extratime_is_switched_on_only_while_the_domain_is_paused(monkeypatch, extratime):
+    # Xen < 4.22 breaks when a vCPU without budget gets extratime: the domain is paused
+    # past its deadline (2 x the longest period it had), so its budget is refilled first
+    calls, slept = [], []
+    monkeypatch.setattr(xen_sched, "xl", lambda *args: calls.append(args) or RTDS_EXTRATIME_OFF)
+    monkeypatch.setattr(xen_sched.time, "sleep", slept.append)
+    xen_sched._set("d", Setting("rtds", 7750, 10000, extratime=extratime))
+    setting = ("sched-rtds", "-d", "d", "-v", "all", "-p", "10000", "-b", "7750")
+    if extratime:
+        assert calls[1:] == [("pause", "d"), (*setting, "-e", "1"), ("unpause", "d")]
+        assert slept == [0.16]
+    else:
+        assert calls[1:] == [(*setting, "-e", "0")] and slept == []

@@ -345,6 +345,17 @@ def test_the_workload_is_installed_where_it_runs(host):
     assert "No such file" in on_host(host, "ls /opt/hvbench 2>&1 || true")
 
 
+def make_run(host, results: Path, run_id: str, **settings: int) -> list[str]:
+    """make run TARGET=kvm on the test's testbed: a short cfs run, with `settings` on top."""
+    settings = {"RECORDS": 60, "SEND_MS": 500, "WARMUP": 2, "MALFORMED": 2, **settings}
+    return [
+        *("make", "-s", "run", "TARGET=kvm", f"INVENTORY={host[1].parent}"),
+        *("SCHED=cfs", "BUDGET=50000", "DRAIN=60", "FORCE_TSC=1"),
+        *(f"{name}={value}" for name, value in settings.items()),
+        *(f"RUN_ID={run_id}", f"RESULTS={results}"),
+    ]
+
+
 def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_path):
     """make run TARGET=kvm for real: the harness here, Kafka, producers, consumer and the job
     started over SSH on the machine that plays both guests (see with_workload), the cfs setting
@@ -353,23 +364,7 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     # one run id per session: a failed run leaves its work/<run-id> (logs) in the checkout
     run_id = f"kvm-cfs-{tmp_path.parent.name}"
     proc = subprocess.run(
-        [
-            "make",
-            "-s",
-            "run",
-            "TARGET=kvm",
-            f"INVENTORY={host[1].parent}",
-            "SCHED=cfs",
-            "BUDGET=50000",
-            "RECORDS=60",
-            "SEND_MS=500",
-            "WARMUP=2",
-            "MALFORMED=2",
-            "DRAIN=60",
-            "FORCE_TSC=1",
-            f"RUN_ID={run_id}",
-            f"RESULTS={results}",
-        ],
+        make_run(host, results, run_id),
         cwd=REPO,
         env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
         stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin
@@ -414,6 +409,79 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     assert here(f"pgrep -af '[/]{str(install_dir)[1:]}' || true").strip() == ""
     assert list(run_dir.iterdir()) == []
     assert (results / run_id / "logs/job.out").exists()
+
+
+def ssh_session_of(pid: int, sshd_config: Path) -> list[int]:
+    """The sshd processes between the controller's test sshd and `pid`: the SSH session that
+    runs it."""
+    session = []
+    while pid > 1:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if str(sshd_config).encode() in cmdline:  # the listener itself
+            return session
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+            session.append(pid)
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    raise AssertionError("not under the test sshd")
+
+
+def wait_for_line(log: Path, text: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-6000:]
+        time.sleep(0.5)
+
+
+def test_a_dropped_ssh_connection_ends_the_run_and_keeps_what_was_measured(host, tmp_path):
+    """The SSH connection that runs the Flink job in the real-time VM (here: this machine
+    through its test sshd, see with_workload) drops mid-run: its sshd session is killed. The
+    run fails at once with the reason, writes what it measured, and nothing is left running:
+    the job's tether ends it when its connection goes. Printed (pytest -s), not asserted:
+    how long the run took to notice."""
+    results, log = tmp_path / "results", tmp_path / "run.log"
+    run_id = f"kvm-ssh-drop-{tmp_path.parent.name}"
+    command = make_run(host, results, run_id, RECORDS=1200, SEND_MS=200)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            command, cwd=REPO, env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for_line(log, "producers started", proc, timeout=2000)
+        time.sleep(3)
+        tether = here("pgrep -f '[h]vbench_agent tether -- env OPENBLAS.*hvbench_job.job'")
+        sshd_config = host[1].parent.parent / "controller" / "sshd_config"
+        for pid in ssh_session_of(int(tether.split()[0]), sshd_config):
+            os.kill(pid, 9)
+        dropped = time.monotonic()
+        wait_for_line(log, "run failed while", proc, timeout=600)
+        noticed = time.monotonic() - dropped
+        code = proc.wait(600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text(errors="replace")
+    assert code == 1, text[-6000:]
+    meta = json.loads((results / run_id / "meta.json").read_text())
+    status, c = meta["status"], meta["counts"]
+    assert (status["state"], status["phase"]) == ("failed", "sending"), status
+    assert "Flink job in controller (or its SSH session) ended with 255" in status["reason"]
+    samples = pd.read_csv(results / run_id / "samples.csv")
+    assert 0 < c["sent"] < 1200 and c["received"] > 0 and c["sent"] == len(samples)
+    assert c["sent"] == c["received"] + c["dead_lettered"] + c["missing"] + c["undelivered"]
+    # nothing left: the job ended with its connection, the other parts were stopped, the
+    # setting was reset
+    install_dir, run_dir = workload_dirs(host)
+    assert here(f"pgrep -af '[/]{str(install_dir)[1:]}' || true").strip() == ""
+    assert list(run_dir.iterdir()) == []
+    cpu_max = on_host(
+        host,
+        "cat /sys/fs/cgroup/machine.slice/machine-qemu*hvbench*realtime*"
+        ".scope/libvirt/vcpu0/cpu.max",
+    )
+    assert cpu_max.split() == ["max", "100000"]
+    shown = {k: c[k] for k in ("sent", "received", "missing", "undelivered")}
+    print(f"\nSSH session dropped: the run noticed after {noticed:.1f} s; counts {shown}")
 
 
 def test_make_check_enforces_the_tuning_and_checks_every_machine(host):

@@ -306,7 +306,7 @@ def load_runs(
 ) -> Runs:
     """One table over all readable runs; unreadable ones are listed in `skipped`. Runs that did
     not complete are listed in `left_out`, or with include_failed loaded (and flagged)."""
-    frames, rows, skipped, left_out = [], [], [], []
+    loaded, skipped, left_out = [], [], []
     seen: set[str] = set()
     for directory in map(Path, directories):
         try:
@@ -331,6 +331,20 @@ def load_runs(
                 )
             )
             continue
+        loaded.append((run, samples))
+    runs, samples = tables_of(loaded)
+    return Runs(samples=samples, runs=runs, skipped=skipped, left_out=left_out)
+
+
+SAMPLE_COLUMNS = ["detector", "seq", "time_s", "latency_ns", "latency_from_intended_ns", "warmup"]
+
+
+def tables_of(loaded: list[tuple[dict, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The runs table (one row per run, with its setup label and repetition number) and every
+    sample, each tagged with its run's settings."""
+    rows, frames = [], []
+    for run, samples in loaded:
+        tags = run["tags"]
         rows.append({**tags, **facts(run["meta"]), "path": str(run["path"])})
         for tag, value in tags.items():
             samples[tag] = value
@@ -345,20 +359,10 @@ def load_runs(
         for tag in ("rep", "setup"):  # known once every run is loaded
             samples[tag] = samples["run_id"].map(dict(zip(runs["run_id"], runs[tag], strict=True)))
     else:
-        samples = pd.DataFrame(
-            columns=[
-                "detector",
-                "seq",
-                "time_s",
-                "latency_ns",
-                "latency_from_intended_ns",
-                "warmup",
-                *TAGS,
-            ]
-        )
+        samples = pd.DataFrame(columns=[*SAMPLE_COLUMNS, *TAGS])
     for tag in ("target", "hypervisor", "sched", "setup", "run_id"):
         samples[tag] = samples[tag].astype("category")
-    return Runs(samples=samples, runs=runs, skipped=skipped, left_out=left_out)
+    return runs, samples
 
 
 def setup_labels(runs: pd.DataFrame) -> pd.Series:

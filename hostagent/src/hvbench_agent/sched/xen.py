@@ -42,6 +42,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 from .base import CREDIT_DEFAULT_WEIGHT, Refused, Setting
 
@@ -270,12 +271,31 @@ def apply(name: str, setting: Setting, pool: str) -> dict:
 
 def _set(name: str, setting: Setting) -> None:
     if setting.sched == "rtds":
-        xl(
-            "sched-rtds", "-d", name, "-v", "all", "-p", str(setting.period_us),
-            "-b", str(setting.budget_us), "-e", str(setting.extratime),
-        )  # fmt: skip
+        _set_rtds(name, setting)
     else:
         xl(f"sched-{setting.sched}", "-d", name, "-w", str(setting.weight), "-c", str(setting.cap))
+
+
+def _set_rtds(name: str, setting: Setting) -> None:
+    """Extratime switched on while a vCPU has used up its budget breaks RTDS on Xen before
+    4.22.0, 4.21.2 and 4.20.4 (a debug build crashes; hvbench's own build carries a fix, see
+    roles/xen_host/files/xen-patches). On any hypervisor that case never arises here: a vCPU
+    that gets extratime is paused first and stays paused past its deadline, so Xen refills
+    its budget when it wakes (rt_unit_wake), before it can be queued."""
+    command = (
+        "sched-rtds", "-d", name, "-v", "all", "-p", str(setting.period_us),
+        "-b", str(setting.budget_us), "-e", str(setting.extratime),
+    )  # fmt: skip
+    now = parse_table(xl("sched-rtds", "-d", name, "-v", "all"))
+    if not setting.extratime or all(r["Extratime"] == "yes" for r in now):
+        xl(*command)
+        return
+    xl("pause", name)
+    try:
+        xl(*command)
+        time.sleep(2 * max(int(r["Period"]) for r in now) / 1e6)
+    finally:
+        xl("unpause", name)
 
 
 def reset(name: str) -> dict:
