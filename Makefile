@@ -83,7 +83,7 @@ GUEST_SOURCES  := $(shell find flink-job/src producers/src tsc_timer/src -type f
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
-.PHONY: help venv java browser kafka flink-connector data train run report test test-testbed lint bench clean \
+.PHONY: help venv java browser rt-tools kafka flink-connector data train run report test test-testbed lint bench clean \
 	campaign campaign-check check rerun workload-inputs provision provision-settings teardown sched vcpu-sched xen-sched agent-wheel xen-hypervisor controller-tools testbed-tools guest-bundle
 
 # Generated: the targets' `## ` comments above and below, and make run's variables (spec.py).
@@ -112,6 +112,10 @@ $(STAMP): requirements.txt constraints.txt flink-job/pyproject.toml tsc_timer/py
 java:
 	@command -v java >/dev/null && command -v mvn >/dev/null \
 		|| { apt-get update -q && apt-get install -y -q default-jre-headless maven; }
+
+# BASELINE=1 measures the noise floor with cyclictest (Debian's rt-tests).
+rt-tools:
+	@command -v cyclictest >/dev/null || { apt-get update -q && apt-get install -y -q rt-tests; }
 
 # The report test opens the page in a real headless browser.
 browser:
@@ -150,7 +154,7 @@ RUN_ARGS = DATA_DIR=$(DATA_DIR) MODEL_DIR=$(MODEL_DIR) RESULTS=$(RESULTS) INVENT
 
 # The request is checked first (it prints the target: given, or what the inventory implies),
 # so a bad setting is refused before the bare target's inputs are built: training takes minutes.
-run: $(STAMP) ## the experiment: here (bare), or HOST=/INVENTORY= a testbed; the variables below
+run: $(STAMP) $(if $(filter-out 0,$(BASELINE)),rt-tools) ## the experiment: here (bare), or HOST=/INVENTORY= a testbed; the variables below
 	@target=$$($(HVBENCH) run $(RUN_ARGS) --validate-only) && \
 		if test "$$target" = bare; then $(MAKE) --no-print-directory workload-inputs; fi
 	$(HVBENCH) run $(RUN_ARGS)
@@ -272,7 +276,7 @@ testbed-tools:
 # Test tiers (docs/testing.md). make test: lint, unit and the real Kafka + Flink integration,
 # within 10 minutes on 2 cores. make test-testbed: QEMU guests play the bare-metal host and
 # are provisioned for real (KVM, and Xen under TCG). .ci/run runs both.
-test: lint kafka flink-connector browser ## lint, unit tests and the real Kafka + Flink integration (under 10 min)
+test: lint kafka flink-connector browser rt-tools ## lint, unit tests and the real Kafka + Flink integration (under 10 min)
 	$(PY) -m pytest -q -m "not testbed" --durations=15
 
 # The KVM and the Xen module run side by side (one pytest worker each): a Xen host under TCG
@@ -288,6 +292,7 @@ bench: $(STAMP) kafka flink-connector ## speed and memory figures (not tests)
 	$(PY) bench/bench_tsc.py
 	$(PY) bench/bench_report.py
 	$(PY) bench/bench_pipeline.py --model $(MODEL_DIR) --data $(DATA_DIR)
+	$(PY) bench/bench_trace.py --model $(MODEL_DIR) --data $(DATA_DIR)
 
 clean: ## remove generated data, artifacts, build/ and the venv
 	rm -rf $(VENV) data artifacts bench/out build work report

@@ -152,8 +152,16 @@ def kafka_echo(libs: Path, records: int, rate: float, warmup: int) -> np.ndarray
 
 
 def pipeline(
-    args, records: int, period_ms: float, warmup_s: float, run_id: str, ramp_s: float = 0.0
+    args,
+    records: int,
+    period_ms: float,
+    warmup_s: float,
+    run_id: str,
+    ramp_s: float = 0.0,
+    extra: tuple[str, ...] = (),
 ) -> dict:
+    """One run of the real pipeline (`extra`: more of the run's flags); its counts, latency
+    and what meta.json says of its trace."""
     results = Path(tempfile.mkdtemp(prefix="hvbench-bench-"))
     code = run.main(
         [
@@ -179,11 +187,13 @@ def pipeline(
             str(REPO / "build/kafka/libs"),
             "--connector-dir",
             str(REPO / "build/flink/lib"),
+            *extra,
         ]
     )
     meta = json.loads((results / run_id / "meta.json").read_text()) if code in (0, 2) else {}
     shutil.rmtree(results, ignore_errors=True)
-    return {"exit": code, "counts": meta.get("counts"), "latency": meta.get("latency")}
+    found = {"exit": code, "counts": meta.get("counts"), "latency": meta.get("latency")}
+    return found | ({"trace": meta["trace"]} if "trace" in meta else {})
 
 
 def parse_args() -> argparse.Namespace:

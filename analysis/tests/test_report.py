@@ -5,12 +5,17 @@ import shutil
 import subprocess
 
 import numpy as np
+import pandas as pd
 import pytest
 from hvbench_analysis import figures, report
-from hvbench_analysis.synthetic import write_run
+from hvbench_analysis.synthetic import add_baseline, add_trace, write_run
 from PIL import Image
 
 MS = 1_000_000
+# The fixture's figures (at least): ECDF and exceedance of all configurations and of the xen/rtds
+# family, two ECDFs of repetitions, ECDF bands of all and of xen/rtds, the density, the stage
+# bands, each of the seven runs over time, and the traced run's three slowest records.
+FIGURES = 2 + 2 + 2 + 2 + 1 + 1 + 7 + 3
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +41,24 @@ def built(tmp_path_factory):
             rep=rep,
             warmup=50,
         )
+    write_run(
+        results / "rtds-e1",
+        rng.lognormal(np.log(5e6), 0.3, 3000),
+        target="xen",
+        sched="rtds",
+        budget=50000,
+        period=100000,
+        requested={"extratime": 1},
+    )  # a second RTDS configuration: the xen/rtds family gets its own figures
     tail = rng.lognormal(np.log(5e6), 0.3, 3000)
     tail[1500] = 1.4e9  # a 1.4 s stall past the x limit
     write_run(results / "rtds-cap", tail, target="xen", sched="credit2", cap=50, missing=4)
+    # a bare run made with TRACE=1 and BASELINE=1: its three slowest records waited 30 ms
+    stalled = np.full(3000, 4e6)
+    stalled[[900, 1900, 2900]] = 34e6
+    bare = write_run(results / "bare-dl", stalled, sched="deadline", budget=5000, period=100000)
+    add_trace(bare, [900, 1900, 2900], 30 * MS)
+    add_baseline(bare, rng.integers(20, 400, 5000))
     (results / "broken").mkdir()
     (results / "broken" / "meta.json").write_text("{")
     out = results.parent / "report"
@@ -66,7 +86,10 @@ def test_report_writes_page_tables_figures_and_logs(built):
     assert "broken" in page and "not valid JSON" in page  # the skipped run, by name and reason
     assert "rtds-cap: records unaccounted for" in page  # the flagged run
     assert "Every record accounted for" in page
-    assert page.count('<img class="figure"') >= 8
+    assert page.count('<img class="figure"') >= FIGURES
+    for name in ("ecdf_all", "exceedance_all", "ecdf_xen_rtds", "exceedance_xen_rtds"):
+        assert f"(figures/{name}.png, .svg)</figcaption>" in page, name
+    assert "Maximum latency against the analytical bound" in page
     assert "max 1,400.0 ms" not in page  # figures are images, the note is inside them
     for name in (
         "percentiles_by_config",
@@ -74,6 +97,7 @@ def test_report_writes_page_tables_figures_and_logs(built):
         "max_budget_period",
         "max_cap",
         "max_scheduler",
+        "bound_vs_max",
         "intended_vs_actual",
         "repetitions",
         "against_reference",
@@ -81,19 +105,44 @@ def test_report_writes_page_tables_figures_and_logs(built):
     ):
         assert (out / "tables" / f"{name}.md").exists(), name
         assert (out / "tables" / f"{name}.csv").exists(), name
-    for name in ("ecdf_all", "density", "over_time_rtds-1", "ecdf_reps_xen_rtds_P100000_B77500"):
+        assert (out / "tables" / f"{name}.tex").read_text().startswith(r"\begin{tabular}"), name
+    for name in (
+        "ecdf_all",
+        "exceedance_all",
+        "ecdf_xen_rtds",
+        "exceedance_xen_rtds",
+        "density",
+        "over_time_rtds-1",
+        "ecdf_reps_xen_rtds_P100000_B77500",
+    ):
         assert (out / "figures" / f"{name}.png").stat().st_size > 5_000, name
         assert (out / "figures" / f"{name}.svg").read_text().startswith("<?xml")
     assert sorted(p.name for p in (out / "hdr").iterdir()) == [
+        "bare-dl.hlog",
         "credit-1.hlog",
         "credit-2.hlog",
         "rtds-1.hlog",
         "rtds-2.hlog",
         "rtds-cap.hlog",
+        "rtds-e1.hlog",
     ]
     cap = (out / "tables" / "max_cap.md").read_text()
-    assert "| Credit2 | 50 | 1,400.00 |" in cap
-    assert "| RTDS | 77500 | 100000 |" in (out / "tables" / "max_budget_period.md").read_text()
+    assert "| Credit2 (xen) | 50 | 1,400.00 |" in cap  # (xen): the bare run is there too
+    assert (
+        "| RTDS (xen) | 77500 | 100000 |" in (out / "tables" / "max_budget_period.md").read_text()
+    )
+    bound = (out / "tables" / "bound_vs_max.md").read_text()
+    assert "| B 77.5 ms / P 100 ms | read back | 45.00 |" in bound
+    assert "| cap 50 %: B 5 ms / P 10 ms, approximate | read back | 10.00 |" in bound
+    assert "| B 50 ms / P 100 ms, extratime: no cap | read back |  |" in bound
+    assert bound.count("above bound") == 1  # the 1.4 s stall under the cap
+    explained = (out / "tables" / "tail_explained.md").read_text()
+    assert "| bare-dl | 1 | x86-tsc |" in explained and "| 88.24 | 88.24 | 3 |" in explained
+    noise = pd.read_csv(out / "tables" / "noise_floor.csv")
+    assert list(noise["run_id"]) == ["bare-dl"] and noise["timer max (ms)"].iloc[0] < 0.4
+    for heading in ("Where the time went: stage legs", "Tails explained", "Noise floor"):
+        assert heading in page
+    assert len(list((out / "figures").glob("trace_bare-dl_*.png"))) == 3
 
 
 def test_report_refuses_when_nothing_is_readable(tmp_path, capsys):
@@ -136,7 +185,7 @@ def test_the_page_renders_in_a_real_browser_with_its_figures(built, tmp_path):
         "--virtual-time-budget=5000", "--run-all-compositor-stages-before-draw", "--dump-dom", url
     ).stdout
     figures = dom.count('<img class="figure"')
-    assert figures >= 8
+    assert figures >= FIGURES
     rendered = re.search(r'data-figures-rendered="(\d+)"', dom)
     assert rendered is not None, "the page's load check did not run"
     assert int(rendered.group(1)) == figures, "some figures did not decode"

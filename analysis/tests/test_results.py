@@ -22,7 +22,9 @@ def test_a_written_run_reads_back_with_its_version_and_files(tmp_path):
     assert meta["files"] == {"samples": "samples.csv"}
     assert json.loads((folder / "meta.json").read_text())["schema"] == results.SCHEMA_VERSION
     samples = results.read_samples(folder)
-    assert list(samples.columns) == list(results.SAMPLE_COLUMNS)
+    assert set(samples.columns) == {*results.SAMPLE_COLUMNS, *results.OPTIONAL_COLUMNS}
+    # a run from before the job's stamps has the contract's columns and the send stamp
+    assert set(results.read_samples(V1_RUN).columns) == {*results.SAMPLE_COLUMNS, "sent_ns"}
     assert samples["latency_ns"].tolist() == [2_000_000.0] * 10
 
 
@@ -62,7 +64,7 @@ def test_a_newer_schema_is_refused_by_name(tmp_path):
     meta = json.loads((folder / "meta.json").read_text())
     meta["schema"] = results.SCHEMA_VERSION + 1
     (folder / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(results.ResultsError, match=r"this code reads 1\.\.3"):
+    with pytest.raises(results.ResultsError, match=r"this code reads 1\.\.4"):
         results.read_meta(folder)
 
 

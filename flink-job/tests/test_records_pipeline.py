@@ -15,6 +15,8 @@ from hvbench_job.records import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tsc_timer
+
 GOOD = InputRecord("run-1", "athens", 7, 58.5, tuple(float(100 + i) for i in range(12)), 10, 20)
 
 
@@ -165,6 +167,23 @@ def test_pipeline_forecasts_routes_and_copies_the_stamps(pipeline):
     assert out["route"][-1] == detectors.DEFAULT_DESTINATION
     assert math.isfinite(out["route_cost_s"]) and out["route_cost_s"] > 0
     assert out["predict_ns"] > 0 and out["route_ns"] > 0
+    # arrival and hand-off stamps bracket the job's own work
+    assert out["job_out_ns"] - out["job_in_ns"] >= out["predict_ns"] + out["route_ns"]
+
+
+def test_pipeline_stamps_on_an_adopted_calibration(small_model):
+    """Given the run's calibration (the job on the machine that stamps send and receipt), the
+    job's stamps are on that clock: a calibration whose origin lies an hour ahead moves them."""
+    current = tsc_timer.calibration() or tsc_timer.calibrate(force=True)
+    try:
+        ahead = {**current.as_dict(), "base_ns": current.base_ns + 3600 * 10**9}
+        on_current_clock = tsc_timer.now_ns()
+        pipeline = Pipeline(small_model, calibration=ahead)
+        out = json.loads(pipeline.process(GOOD.to_json()).output)
+        assert out["job_in_ns"] - on_current_clock >= 3600 * 10**9
+        assert out["job_in_ns"] <= out["job_out_ns"] <= tsc_timer.now_ns()
+    finally:
+        tsc_timer.adopt(current.as_dict())
 
 
 def test_pipeline_sends_malformed_records_to_the_dead_letter_and_goes_on(pipeline):

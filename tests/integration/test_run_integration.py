@@ -7,6 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from driver import REPO, leftover_processes, run_args
+from hvbench_analysis import stages
+from hvbench_analysis.load import load_runs
 from hvbench_harness import readiness, run
 
 pytestmark = pytest.mark.integration
@@ -73,6 +75,25 @@ def test_latencies_are_sane_and_stamped_with_one_clock(plain_run):
     )
     assert (samples.predict_ns > 0).all() and (samples.route_ns > 0).all()
     assert meta["clock"]["tsc"]["hz"] > 1e8 and meta["clock"]["tsc"]["clocksource"]
+
+
+def test_the_job_stamps_on_the_runs_clock_and_the_legs_add_up(plain_run):
+    """On bare the job adopts the run's calibration: its stamps fall between send and receipt,
+    and the legs are exact. The causal estimate made as if the job had a clock of its own
+    must contain the true offset, 0."""
+    _, _, results = plain_run
+    meta = json.loads((results / "meta.json").read_text())
+    assert meta["clock"]["job"]["method"] == "one calibration"
+    got = pd.read_csv(results / "samples.csv").dropna(subset=["received_ns"])
+    assert (got.sent_ns < got.job_in_ns).all() and (got.job_in_ns < got.job_out_ns).all()
+    assert (got.job_out_ns < got.received_ns).all()
+    estimate = stages.clock_relation(got, shared=False, window=50)
+    for end in ("start", "end"):
+        assert estimate[end]["low_ns"] <= 0 <= estimate[end]["high_ns"], estimate
+    legs = load_runs([results]).samples
+    total = legs.input_leg_ns + legs.job_ns + legs.output_leg_ns
+    assert (total - legs.latency_ns).abs().max() < 1e3  # ns; the CSV keeps whole ns
+    assert (legs.job_ns >= 0).all() and legs.job_ns.median() < legs.latency_ns.median()
 
 
 def test_meta_records_what_ran(plain_run):

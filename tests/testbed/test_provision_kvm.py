@@ -391,6 +391,8 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     assert meta["host"]["realtime"]["versions"]["apache-flink"] == "2.3.0"
     assert meta["kafka"]["bootstrap"].startswith("127.0.0.1:")  # hvbench_private_address
     assert meta["clock"]["tsc"]["forced"] is not None
+    # both guests' parts run on this machine: the job stamps on the run's own calibration
+    assert meta["clock"]["job"]["method"] == "one calibration"
     # the readiness checks ran on the host and the guests; under TCG only the TSC may fail
     ready = meta["readiness"]
     assert not ready["refused"] and {f["check"] for f in ready["failed_required"]} <= {"tsc"}
@@ -411,18 +413,18 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     assert (results / run_id / "logs/job.out").exists()
 
 
-def ssh_session_of(pid: int, sshd_config: Path) -> list[int]:
-    """The sshd processes between the controller's test sshd and `pid`: the SSH session that
-    runs it."""
+def ssh_session_of(pid: int, listener: int) -> list[int]:
+    """The sshd processes between the controller's test sshd (pid `listener`) and `pid`: the
+    SSH session that runs it. (sshd rewrites its processes' command lines, the listener's
+    too, so they are told apart by pid.)"""
     session = []
     while pid > 1:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if str(sshd_config).encode() in cmdline:  # the listener itself
+        if pid == listener:
             return session
         if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
             session.append(pid)
         pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    raise AssertionError("not under the test sshd")
+    raise AssertionError(f"not under the test sshd (pid {listener})")
 
 
 def wait_for_line(log: Path, text: str, proc: subprocess.Popen, timeout: float) -> None:
@@ -445,13 +447,15 @@ def test_a_dropped_ssh_connection_ends_the_run_and_keeps_what_was_measured(host,
         proc = subprocess.Popen(
             command, cwd=REPO, env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,  # make and the harness under it: one group to stop
         )  # fmt: skip
     try:
         wait_for_line(log, "producers started", proc, timeout=2000)
         time.sleep(3)
         tether = here("pgrep -f '[h]vbench_agent tether -- env OPENBLAS.*hvbench_job.job'")
-        sshd_config = host[1].parent.parent / "controller" / "sshd_config"
-        for pid in ssh_session_of(int(tether.split()[0]), sshd_config):
+        assert tether.strip(), "the job's tether was not found"
+        listener = int((host[1].parent.parent / "controller" / "sshd.pid").read_text())
+        for pid in ssh_session_of(int(tether.split()[0]), listener):
             os.kill(pid, 9)
         dropped = time.monotonic()
         wait_for_line(log, "run failed while", proc, timeout=600)
@@ -459,7 +463,7 @@ def test_a_dropped_ssh_connection_ends_the_run_and_keeps_what_was_measured(host,
         code = proc.wait(600)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, 9)
     text = log.read_text(errors="replace")
     assert code == 1, text[-6000:]
     meta = json.loads((results / run_id / "meta.json").read_text())

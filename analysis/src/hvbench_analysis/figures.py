@@ -1,10 +1,11 @@
 """Figures (matplotlib, PNG and SVG): ECDF overlays (with intervals across repetitions),
-latency densities, latency over time."""
+exceedance curves (the tail first), latency densities, latency over time."""
 
 from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -16,7 +17,10 @@ from matplotlib import ticker
 from matplotlib.patches import Patch
 
 from hvbench_analysis.compare import ecdf_band
-from hvbench_analysis.stats import ecdf_points, percentile
+from hvbench_analysis.stats import ecdf_points, exceedance_points, percentile
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 WIDTH, HEIGHT = 7.0, 4.0  # inches; a column-and-a-half figure
 plt.rcParams.update(
@@ -47,10 +51,14 @@ def plain_log_axis(axis) -> None:
 
 
 def ecdf(
-    curves: list[tuple[str, np.ndarray]], title: str, xlim_ms: float | None = None
+    curves: list[tuple[str, np.ndarray]],
+    title: str,
+    xlim_ms: float | None = None,
+    log: bool = True,
 ) -> plt.Figure:
-    """ECDF of latency (ms) per curve. With an x limit, a curve that runs past it ends in an
-    arrow at the right edge labelled with its true maximum, so a cut tail is never hidden."""
+    """ECDF of latency (ms, log scale unless log=False) per curve. With an x limit, a curve
+    that runs past it ends in an arrow at the right edge labelled with its true maximum, so a
+    cut tail is never hidden."""
     fig, ax = axes()
     for label, values_ns in curves:
         x, f = ecdf_points(np.asarray(values_ns) / 1e6)
@@ -70,14 +78,65 @@ def ecdf(
                 arrowprops={"arrowstyle": "->", "color": line.get_color()},
             )
             ax.plot([xlim_ms], [below], marker=">", color=line.get_color(), clip_on=False)
-    if xlim_ms is not None:
+    if log:
+        ax.set_xscale("log")
+        plain_log_axis(ax.xaxis)
+        ax.set_xlim(log_left_limit(curves, xlim_ms), xlim_ms)
+    elif xlim_ms is not None:
         ax.set_xlim(0, xlim_ms)
     ax.set_ylim(0, 1.01)
-    ax.set_xlabel("end-to-end latency (ms)")
+    ax.set_xlabel("end-to-end latency (ms, log scale)" if log else "end-to-end latency (ms)")
     ax.set_ylabel("fraction of records ≤ x")
     ax.set_title(title)
     ax.legend(loc="lower right")
     return fig
+
+
+# A log axis has no 0: it starts just below the smallest sample, never below this.
+LOG_FLOOR_MS = 0.01
+
+
+def log_left_limit(curves: list[tuple[str, np.ndarray]], xlim_ms: float | None) -> float:
+    """The left end of a log latency axis (ms): a little below the smallest positive sample,
+    and a decade below the right limit if that is smaller."""
+    values = [np.asarray(v, float) for _, v in curves]
+    positive = [v[v > 0].min() for v in values if (v > 0).any()]
+    left = max(0.9 * min(positive) / 1e6, LOG_FLOOR_MS) if positive else LOG_FLOOR_MS
+    return min(left, xlim_ms / 10) if xlim_ms is not None else left
+
+
+def exceedance(curves: list[tuple[str, np.ndarray]], title: str) -> plt.Figure:
+    """Tail first: per curve, the fraction of records at latency x or slower (1 − F, log scale)
+    against x (ms, log scale). Each curve ends at its maximum (1/n), marked with a dot, so the
+    last few records, which an ECDF squeezes into its top pixel, spread over decades here."""
+    fig, ax = axes()
+    lowest = 1.0
+    for label, values_ns in curves:
+        x, s = exceedance_points(np.asarray(values_ns) / 1e6)
+        if len(x) == 0:
+            continue
+        text = f"{label} (n={len(values_ns):,}, max {x[-1]:,.1f} ms)"
+        (line,) = ax.step(x, s, where="pre", lw=1.2, label=text)
+        ax.plot(x[-1:], s[-1:], marker="o", ms=3.5, color=line.get_color())
+        lowest = min(lowest, s[-1])
+    ax.set_xscale("log")
+    plain_log_axis(ax.xaxis)
+    ax.set_yscale("log")
+    fraction_log_axis(ax.yaxis)
+    ax.set_ylim(lowest / 2, 1.2)
+    ax.set_xlabel("end-to-end latency x (ms, log scale)")
+    ax.set_ylabel("fraction of records slower than x (log scale)")
+    ax.set_title(title)
+    ax.legend(loc="upper right")  # curves fall from the upper left: that corner stays empty
+    fig.subplots_adjust(left=0.11)  # room for tick labels such as 0.0001
+    return fig
+
+
+def fraction_log_axis(axis) -> None:
+    """Log-scale ticks at each decade, labelled as plain numbers (1, 0.1, 0.001 …)."""
+    axis.set_major_locator(ticker.LogLocator(subs=(1.0,)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def ecdf_bands(
@@ -200,3 +259,65 @@ def save(fig: plt.Figure, directory: Path, name: str) -> bytes:
     fig.savefig(directory / f"{name}.svg", format="svg")
     plt.close(fig)
     return png
+
+
+STAGE_COLOURS = {"input leg": "tab:blue", "job": "tab:orange", "output leg": "tab:green"}
+
+
+def stage_bands(configs: list[tuple[str, pd.DataFrame]], title: str) -> plt.Figure:
+    """Where the time went, per configuration and latency band (stages.by_band): one bar per
+    band, its segments the mean input leg, job and output leg (ms), adding up to the band's
+    mean latency."""
+    rows = [(label, band) for label, bands in configs for band in bands.to_dict("records")]
+    fig, ax = axes(max(HEIGHT * 0.6, 0.32 * len(rows) + 1.2))
+    y = np.arange(len(rows))[::-1]
+    left = np.zeros(len(rows))
+    for leg, colour in STAGE_COLOURS.items():
+        width = np.array([band[leg] for _, band in rows])
+        ax.barh(y, width, left=left, color=colour, label=leg, height=0.7)
+        left += width
+    ax.set_yticks(y, [f"{label}: {band['band']} (n={band['records']:,})" for label, band in rows])
+    ax.set_xlabel("mean time in each stage (ms)")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    fig.subplots_adjust(left=0.45)
+    return fig
+
+
+STATE_COLOURS = {"running": "tab:green", "runnable": "tab:red", "blocked": "0.85"}
+
+
+def trace_timeline(record: dict, spans: pd.DataFrame, title: str) -> plt.Figure:
+    """One slow record against the scheduler trace: a lane per traced thread, coloured by its
+    state (running, runnable but not running, blocked), over the record's life from send to
+    receipt (ms from the send), with the moments it reached and left the job marked."""
+    sent, received = record["sent_ns"], record["received_ns"]
+    margin = 0.05 * (received - sent)
+    lo, hi = sent - margin, received + margin
+    inside = spans[(spans["end_ns"] > lo) & (spans["start_ns"] < hi)]
+    lanes = sorted(inside.groupby(["tid", "comm"]).groups, key=lambda key: key[1])
+    fig, ax = axes(max(HEIGHT * 0.55, 0.45 * len(lanes) + 1.3))
+    for y, (tid, _) in enumerate(lanes):
+        mine = inside[inside["tid"] == tid]
+        for state, colour in STATE_COLOURS.items():
+            part = mine[mine["state"] == state]
+            start = (np.maximum(part["start_ns"], lo) - sent) / 1e6
+            width = (np.minimum(part["end_ns"], hi) - np.maximum(part["start_ns"], lo)) / 1e6
+            ax.barh(np.full(len(part), y), width, left=start, color=colour, height=0.6,
+                    label=state if y == 0 else None)  # fmt: skip
+    ax.set_yticks(range(len(lanes)), [f"{comm} ({tid})" for tid, comm in lanes])
+    marks = [("sent", sent), ("reached the job", record.get("job_in_ns")),
+             ("left the job", record.get("job_out_ns")), ("received", received)]  # fmt: skip
+    on_x = ax.get_xaxis_transform()  # x in data, y in axes fractions
+    for name, at in marks:
+        if at is not None and not np.isnan(at):
+            ax.axvline((at - sent) / 1e6, color="k", lw=0.8, ls=":")
+            ax.text((at - sent) / 1e6, 0.97, f" {name}", transform=on_x, fontsize=7,
+                    rotation=90, va="top", ha="right")  # fmt: skip
+    ax.set_xlim((lo - sent) / 1e6, (hi - sent) / 1e6)
+    ax.set_xlabel("ms from the record's send")
+    ax.set_title(title)
+    handles = [Patch(color=c, label=s) for s, c in STATE_COLOURS.items()]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
+    fig.subplots_adjust(left=0.3, right=0.84)
+    return fig

@@ -6,7 +6,8 @@ name with the reason and skipped; it is never merged in part. A run that failed 
 interrupted is left out of the statistics (listed in `left_out`) unless include_failed.
 
     runs = load_runs(["results/run-a", "results/run-b"])
-    runs.samples      # tags + detector, seq, time_s, latency_ns, latency_from_intended_ns, warmup
+    runs.samples      # tags + detector, seq, time_s, latency_ns, latency_from_intended_ns, warmup,
+                      # input_leg_ns, job_ns, output_leg_ns (stages.py; NaN where unknown)
     runs.runs         # one row per run: tags, counts, clock, readback, flags, problems
     runs.skipped      # [(run name, reason)]
     runs.left_out     # [LeftOut(run_id, configuration, state, phase, reason)]
@@ -21,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis import results
+from hvbench_analysis import results, stages
 
 # The scheduler setting and the load: what a configuration's label always names.
 SETTINGS = (
@@ -193,8 +194,9 @@ def read_run(directory: Path, include_warmup: bool) -> tuple[dict, pd.DataFrame]
     received = table[table["copies"] > 0]
     if received["latency_ns"].isna().any():
         raise RunError("samples.csv has received records without a latency")
+    legs = stages.legs(received, job_clock(meta))
     if not include_warmup:
-        received = received[~received["warmup"]]
+        received, legs = received[~received["warmup"]], legs[~received["warmup"]]
     samples = pd.DataFrame(
         {
             "detector": received["detector"],
@@ -203,9 +205,16 @@ def read_run(directory: Path, include_warmup: bool) -> tuple[dict, pd.DataFrame]
             "latency_ns": received["latency_ns"].to_numpy(np.int64),
             "latency_from_intended_ns": received["latency_from_intended_ns"].to_numpy(np.int64),
             "warmup": received["warmup"],
+            **{leg: legs[leg] for leg in stages.LEGS},
         }
     )
     return {"meta": meta, "tags": tags, "path": directory}, samples.reset_index(drop=True)
+
+
+def job_clock(meta: dict) -> dict | None:
+    """What the run knows of the job's clock (meta.json clock.job), or None."""
+    relation = (meta.get("clock") or {}).get("job")
+    return relation if isinstance(relation, dict) else None
 
 
 def facts(meta: dict) -> dict:
@@ -336,7 +345,10 @@ def load_runs(
     return Runs(samples=samples, runs=runs, skipped=skipped, left_out=left_out)
 
 
-SAMPLE_COLUMNS = ["detector", "seq", "time_s", "latency_ns", "latency_from_intended_ns", "warmup"]
+SAMPLE_COLUMNS = [
+    *("detector", "seq", "time_s", "latency_ns", "latency_from_intended_ns", "warmup"),
+    *stages.LEGS,
+]
 
 
 def tables_of(loaded: list[tuple[dict, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -22,11 +22,15 @@ import pandas as pd
 # 1: runs before the version was recorded. 2: `schema` recorded; `requested` names every
 # scheduler parameter (budget_us, period_us, priority, extratime, weight, cap), None where unset.
 # 3: `status` (completed, failed or interrupted: a run that stopped while sending is written
-# too), `faults` (parts that exited or were restarted) and four more counts.
-SCHEMA_VERSION = 3
+# too), `faults` (parts that exited or were restarted) and four more counts. 4: the job's
+# stamps (`job_in_ns`, `job_out_ns` in samples.csv) and what is known of its clock
+# (`clock.job`), for the stage legs; older runs have neither, and their legs are unknown.
+SCHEMA_VERSION = 4
 META = "meta.json"
 SAMPLES = "samples.csv"
 DEAD_LETTERS = "dead_letters.jsonl"
+SCHED_TRACE = "sched_trace.txt"  # TRACE=1: the kernel's sched events of the job's threads
+BASELINE = "baseline.csv"  # BASELINE=1: every timer wake-up's latency (µs) of the noise floor
 LOGS = "logs"
 SETTING_KEYS = ("budget_us", "period_us", "priority", "extratime", "weight", "cap")
 # Counts added in version 3: foreign records are other runs' (reported, never a problem);
@@ -46,6 +50,8 @@ SAMPLE_COLUMNS = (
     "latency_from_intended_ns",
     "warmup",
 )
+# Read too where present: the send stamp and the job's stamps, for the stage legs (stages.py).
+OPTIONAL_COLUMNS = ("sent_ns", "job_in_ns", "job_out_ns")
 DTYPES = {
     "detector": "category",
     "seq": "int64",
@@ -55,6 +61,7 @@ DTYPES = {
     "latency_ns": "float64",
     "latency_from_intended_ns": "float64",
     "warmup": "bool",
+    **dict.fromkeys(OPTIONAL_COLUMNS, "float64"),  # empty where a record never came back
 }
 
 
@@ -70,6 +77,8 @@ def write_run(
     dead_letters: Path | None = None,
     logs: list[Path] = (),
     float_format: str | None = None,
+    sched_trace: Path | None = None,
+    baseline: Path | None = None,
 ) -> Path:
     """Write one run: samples, dead letters, logs, and meta.json last, so that a meta.json
     says the run's files are complete (campaigns rely on that); whether the run itself
@@ -84,6 +93,12 @@ def write_run(
     if dead_letters is not None:
         shutil.copy(dead_letters, directory / DEAD_LETTERS)
         files["dead_letters"] = DEAD_LETTERS
+    if sched_trace is not None:
+        shutil.copy(sched_trace, directory / SCHED_TRACE)
+        files["sched_trace"] = SCHED_TRACE
+    if baseline is not None:
+        shutil.copy(baseline, directory / BASELINE)
+        files["baseline"] = BASELINE
     if logs:
         (directory / LOGS).mkdir(exist_ok=True)
         for log in logs:
@@ -128,7 +143,8 @@ def read_meta(directory: Path) -> dict:
 
 
 def read_samples(directory: Path) -> pd.DataFrame:
-    """samples.csv's SAMPLE_COLUMNS, typed; ResultsError says what is wrong."""
+    """samples.csv's SAMPLE_COLUMNS (and those of OPTIONAL_COLUMNS it has), typed;
+    ResultsError says what is wrong."""
     path = Path(directory) / SAMPLES
     if not path.exists():
         raise ResultsError("no samples.csv")
@@ -140,7 +156,8 @@ def read_samples(directory: Path) -> pd.DataFrame:
     if absent:
         raise ResultsError(f"samples.csv lacks column(s) {', '.join(absent)}")
     try:
-        return pd.read_csv(path, usecols=list(SAMPLE_COLUMNS), dtype=DTYPES, engine="c")
+        columns = [*SAMPLE_COLUMNS, *(c for c in OPTIONAL_COLUMNS if c in header)]
+        return pd.read_csv(path, usecols=columns, dtype=DTYPES, engine="c")
     except (ValueError, pd.errors.ParserError) as e:
         raise ResultsError(f"samples.csv has malformed values: {e}") from None
 

@@ -79,6 +79,17 @@ def ecdf_points(values: np.ndarray, body: int = 2_000, tail: int = 1_000) -> tup
     return x[ranks], f[ranks]
 
 
+def exceedance_points(values: np.ndarray, body: int = 2_000, tail: int = 1_000) -> tuple:
+    """(x, S) of the exceedance curve, thinned as ecdf_points: S is the fraction of samples at
+    x or above, 1 − F + 1/n, so that it ends at the maximum with 1/n (a log axis has no 0)."""
+    x, f = ecdf_points(values, body, tail)
+    n = len(np.asarray(values))
+    if n == 0:
+        return x, f
+    ranks = np.rint(f * n)  # f = rank / n; the rank gives S exactly
+    return x, (n + 1 - ranks) / n
+
+
 def tail_levels(n: int, body: int = 200, tail: int = 200) -> np.ndarray:
     """Probability levels F at which to compare quantiles of samples of at least n values,
     like ecdf_points: evenly in F for the body, evenly in log(1 − F) over the top 1 % down to

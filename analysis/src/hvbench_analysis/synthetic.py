@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis import results
+from hvbench_analysis import results, stages
 
 DETECTORS = ("athens", "el_segundo", "wilmington", "long_beach", "carson", "torrance")
+# Each latency splits into input leg, job and output leg in these shares (stages.py).
+LEG_SHARES = (0.4, 0.2, 0.4)
 
 
 def write_run(
@@ -35,6 +38,7 @@ def write_run(
     reason: str | None = None,
     faults: list[dict] = (),
     counts: dict | None = None,
+    job_offset_ns: int | None = 0,
 ) -> Path:
     """A run whose measured latencies are exactly `latency_ns` (in order), preceded by `warmup`
     warm-up records of 1 s latency, plus `missing` records that never came back. Each of the six
@@ -42,11 +46,15 @@ def write_run(
     `send_period_ns` says otherwise. `requested` adds to (or overrides) what meta.json says was
     asked, e.g. {"warmup_s": 2}; `state` and `reason` are its status (a run that did not
     complete stopped while sending); `counts` adds to or overrides the counts, e.g.
-    {"contradictions": 1, "accounted": False}."""
+    {"contradictions": 1, "accounted": False}. The job's stamps split each latency in
+    LEG_SHARES; they are on a clock `job_offset_ns` ahead of the sender's (0: the run's own
+    clock; None: no job stamps, as before schema 4)."""
     latency = np.asarray(latency_ns, dtype=np.int64)
     if send_period_ns is None:
         send_period_ns = round(producer_period_ms * 1e6 / len(DETECTORS))
     samples = _samples(latency, warmup, missing, send_period_ns, intended_lag_ns)
+    if job_offset_ns is not None:
+        samples = _with_job_stamps(samples, job_offset_ns)
     asked = {
         "target": target,
         "sched": sched,
@@ -66,8 +74,11 @@ def write_run(
         "status": _status(state, reason),
         "faults": list(faults),
         "started_at": started_at,
-        "sched": {"applied": sched, "readback": {"budget_us": budget, "period_us": period}},
-        "clock": {"tsc": {"hz": 2.6e9, "source": "synthetic", "clocksource": "tsc"}},
+        "sched": {"applied": sched, "readback": _readback(target, sched, asked)},
+        "clock": {
+            "tsc": {"hz": 2.6e9, "source": "synthetic", "clocksource": "tsc"},
+            **({} if job_offset_ns is None else {"job": _job_clock(samples, job_offset_ns)}),
+        },
         "counts": {**_counts(len(samples), missing), **(counts or {})},
         "warmup_excluded_s": warmup * send_period_ns / 1e9,
     }
@@ -112,6 +123,40 @@ def _samples(
     )
 
 
+def _with_job_stamps(samples: pd.DataFrame, offset_ns: int) -> pd.DataFrame:
+    """job_in_ns and job_out_ns splitting each latency in LEG_SHARES, on the job's clock."""
+    latency = samples["received_ns"] - samples["sent_ns"]
+    job_in = samples["sent_ns"] + LEG_SHARES[0] * latency + offset_ns
+    return samples.assign(job_in_ns=job_in, job_out_ns=job_in + LEG_SHARES[1] * latency)
+
+
+def _job_clock(samples: pd.DataFrame, offset_ns: int) -> dict:
+    return stages.clock_relation(samples, shared=offset_ns == 0)
+
+
+def _readback(target: str, sched: str, asked: dict) -> dict | list:
+    """The setting read back as the agent's backends report it (hostagent sched/), for a
+    two-vCPU VM or two threads."""
+    budget, period = asked.get("budget_us") or 0, asked.get("period_us") or 100_000
+    vcpus = (0, 1)
+    if target == "xen" and sched == "rtds":
+        each = {"budget_us": budget, "period_us": period, "extratime": asked.get("extratime") or 0}
+        return {"sched": "rtds", "vcpus": [{"vcpu": i, **each} for i in vcpus]}
+    if target == "xen" and sched in ("credit", "credit2"):
+        return {"sched": sched, "weight": asked.get("weight") or 256, "cap": asked.get("cap") or 0}
+    if target == "kvm" and sched == "cfs":
+        return {"vcpus": [{"vcpu": i, "cpu_max": f"{budget} {period}"} for i in vcpus]}
+    if sched == "cfs-quota":
+        return {"version": 2, "quota_us": budget, "period_us": period}
+    if sched == "deadline":
+        thread = {"policy": "SCHED_DEADLINE", "runtime_ns": budget * 1000}
+        thread["period_ns"] = thread["deadline_ns"] = period * 1000
+        if target == "kvm":
+            return {"vcpus": [{"vcpu": i, "thread": thread} for i in vcpus]}
+        return [{"tid": 100 + i, **thread} for i in vcpus]
+    return {"threads": 2, "policies": {"SCHED_OTHER": 2}}
+
+
 def _status(state: str, reason: str | None) -> dict:
     phase = None if state == "completed" else "sending"
     return {"state": state, "reason": reason, "phase": phase}
@@ -127,3 +172,55 @@ def _counts(sent: int, missing: int) -> dict:
         **dict.fromkeys(results.COUNT_KEYS_3, 0),
         "accounted": missing == 0,
     }
+
+
+def add_trace(directory: Path, slow: list[int], wait_ns: int) -> Path:
+    """A scheduler trace (TRACE=1) for a run written above: the job's one thread is preempted
+    when each record of `slow` (indices into samples.csv) is sent and runs again `wait_ns`
+    later; the run's clock is a 1 GHz TSC from 0, so trace counts are the records' ns."""
+    meta = json.loads((directory / results.META).read_text())
+    meta["clock"]["tsc"].update(base_ticks=0, base_ns=0, hz=1e9)
+    sent = pd.read_csv(directory / results.SAMPLES)["sent_ns"].astype(np.int64)
+    lines = []
+    for at in sorted(sent.iloc[slow]):
+        lines.append(_switch(at, "R", to_job=False))  # preempted, still runnable
+        lines.append(_switch(at + wait_ns, "S", to_job=True))  # back on a CPU
+    lines.append(_switch(sent.iloc[-1], "S", to_job=False))  # the trace lasts to the end
+    (directory / results.SCHED_TRACE).write_text("\n".join(lines) + "\n")
+    meta["trace"] = {"clock": "x86-tsc", "threads": {"100": JOB_THREAD}, "lines": len(lines),
+                     "dropped": 0}  # fmt: skip
+    meta["files"]["sched_trace"] = results.SCHED_TRACE
+    (directory / results.META).write_text(json.dumps(meta, indent=2))
+    return directory
+
+
+JOB_THREAD = "Source: kafka-i"  # as the kernel names the job's task thread (15 characters)
+
+
+def _switch(ts: int, state: str, to_job: bool) -> str:
+    """A sched_switch line as tracefs prints it, away from or back to the job's thread."""
+    job, other = f"comm={JOB_THREAD} ", "comm=java "
+    prev, nxt = (other, job) if to_job else (job, other)
+    prev_pid, next_pid = (77, 100) if to_job else (100, 77)
+    return (
+        f" x-1 [000] d..2. {ts}: sched_switch: prev_{prev}prev_pid={prev_pid} prev_prio=120 "
+        f"prev_state={state} ==> next_{nxt}next_pid={next_pid} next_prio=120"
+    )
+
+
+def add_baseline(directory: Path, latencies_us: np.ndarray) -> Path:
+    """A noise floor (BASELINE=1) for a run written above: these timer wake-up latencies."""
+    values = np.asarray(latencies_us, np.int64)
+    pd.DataFrame({"latency_us": values}).to_csv(directory / results.BASELINE, index=False)
+    meta = json.loads((directory / results.META).read_text())
+    p50, p99, p999 = np.percentile(values, [50, 99, 99.9], method="inverted_cdf")
+    meta["baseline"] = {
+        "tool": "cyclictest (rt-tests)",
+        "setting": {"applied": meta["requested"]["sched"]},
+        "count": len(values),
+        **{"p50_us": int(p50), "p99_us": int(p99), "p99.9_us": int(p999)},
+        "max_us": int(values.max()),
+    }
+    meta["files"]["baseline"] = results.BASELINE
+    (directory / results.META).write_text(json.dumps(meta, indent=2))
+    return directory

@@ -1,4 +1,4 @@
-"""Tables (Markdown and CSV): percentiles per run and per configuration, the paper's maximum-
+"""Tables (Markdown, LaTeX and CSV): percentiles per run and per configuration, the paper's maximum-
 latency layouts (Tables 4, 5 and 6), and latency from the intended send next to the actual.
 
 Every maximum is the largest raw sample of the runs concerned. When a configuration has
@@ -228,19 +228,66 @@ def _numeric(column: pd.Series) -> bool:
 
 
 def cell(value, digits: int) -> str:
+    """A Markdown cell: text_cell with "|" escaped."""
+    text = text_cell(value, digits)
+    return text.replace("|", "\\|") if isinstance(value, str) else text
+
+
+def text_cell(value, digits: int) -> str:
+    """A value as a table shows it: floats with fixed decimals, missing values empty."""
     if value is None or (not isinstance(value, str) and pd.isna(value)):
         return ""
     if isinstance(value, float | np.floating):
         return f"{value:,.{digits}f}"
     if isinstance(value, int | np.integer):
         return str(value)
-    return str(value).replace("|", "\\|")
+    return str(value)
+
+
+# LaTeX's special characters, and the symbols of our column names that pdfLaTeX's text mode
+# lacks, as LaTeX writes them.
+LATEX = {
+    **{c: f"\\{c}" for c in "&%$#_{}"},
+    "\\": r"\textbackslash{}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "µ": r"\textmu{}",
+    "−": "$-$",
+    "Δ": r"$\Delta$",
+    "≤": r"$\leq$",
+    "≥": r"$\geq$",
+    "×": r"$\times$",
+    "→": r"$\rightarrow$",
+}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(LATEX.get(c, c) for c in str(text))
+
+
+def to_latex(table: pd.DataFrame, digits: int = 2) -> str:
+    """A booktabs tabular (\\toprule, \\midrule, \\bottomrule): numbers right-aligned, text
+    left, floats with fixed decimals, missing values empty. Needs \\usepackage{booktabs}."""
+    if table.columns.empty:
+        return "% no runs of this kind\n"
+    align = "".join("r" if _numeric(table[c]) else "l" for c in table.columns)
+    lines = [f"\\begin{{tabular}}{{{align}}}", r"\toprule", latex_row(table.columns, digits)]
+    lines.append(r"\midrule")
+    lines.extend(latex_row(row, digits) for _, row in table.iterrows())
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def latex_row(values, digits: int) -> str:
+    return " & ".join(latex_escape(text_cell(v, digits)) for v in values) + r" \\"
 
 
 def write(table: pd.DataFrame, directory: Path, name: str, digits: int = 2) -> str:
-    """name.md and name.csv (CSV at full precision); returns the Markdown."""
+    """name.md, name.tex (LaTeX, booktabs) and name.csv (CSV at full precision); returns the
+    Markdown."""
     directory.mkdir(parents=True, exist_ok=True)
     table.to_csv(directory / f"{name}.csv", index=False)
+    (directory / f"{name}.tex").write_text(to_latex(table, digits))
     markdown = to_markdown(table, digits)
     (directory / f"{name}.md").write_text(markdown)
     return markdown

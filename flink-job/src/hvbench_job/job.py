@@ -139,8 +139,10 @@ class ForecastAndRoute(ProcessFunction):
         route: tuple[str, str, str],
         dead_letters: tuple[str, str],
         force_tsc: bool,
+        calibration: dict | None = None,
     ) -> None:
         self.model_dir, self.route, self.force_tsc = model_dir, route, force_tsc
+        self.calibration = calibration  # the run's, where the job shares its machine's clock
         self.dead_letter_target = dead_letters  # (bootstrap, topic)
         self.pipeline = None
         self.dead_letters = None
@@ -149,7 +151,9 @@ class ForecastAndRoute(ProcessFunction):
         import_litert_on_python_thread()
         from hvbench_job.pipeline import Pipeline  # loads LiteRT: once per task
 
-        self.pipeline = Pipeline(self.model_dir, *self.route, force_tsc=self.force_tsc)
+        self.pipeline = Pipeline(
+            self.model_dir, *self.route, force_tsc=self.force_tsc, calibration=self.calibration
+        )
         self.dead_letters = DeadLetterWriter(*self.dead_letter_target)
         # Move everything loaded so far (PyFlink, numpy, LiteRT, the model) out of the cyclic
         # collector's reach: its full collections then walk only what records create.
@@ -178,13 +182,14 @@ def build(
         "distance",
     ),
     force_tsc: bool = False,
+    calibration: dict | None = None,
 ) -> DataStream:
     """The job's logic on any stream of raw records: the outputs. Dead letters go to
     `dead_letters` (bootstrap, topic) from the operator; route is (origin, destination,
-    heuristic)."""
+    heuristic); with `calibration` (tsc_timer's) the job stamps on that clock."""
     return (
         source.process(
-            ForecastAndRoute(model_dir, route, dead_letters, force_tsc),
+            ForecastAndRoute(model_dir, route, dead_letters, force_tsc, calibration),
             output_type=Types.STRING(),
         )
         .name("forecast-route")
@@ -261,11 +266,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--force-tsc", action="store_true", help="stamp with a TSC without constant/nonstop"
     )
+    p.add_argument(
+        "--calibration",
+        help="the run's TSC calibration (JSON), when the job runs on the machine that stamps "
+        "send and receipt: the job's stamps are then on the same clock",
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    calibration = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     settings = job_settings(args.checkpoint_interval_ms)
     jar = connector_jar(Path(args.connector_dir))
     env = environment(settings, [jar])
@@ -280,6 +291,7 @@ def main(argv: list[str] | None = None) -> None:
         (args.bootstrap, args.dead_letter),
         (args.origin, args.destination, args.heuristic),
         args.force_tsc,
+        calibration,
     )
     outputs.sink_to(kafka_sink(args.bootstrap, args.output)).name("kafka-output")
     if args.settings_out:
@@ -294,6 +306,7 @@ def main(argv: list[str] | None = None) -> None:
             "route": {"origin": args.origin, "destination": args.destination},
             "heuristic": args.heuristic,
             "force_tsc": args.force_tsc,
+            "stamps": "the run's calibration" if calibration else "the job's own calibration",
             "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL")},
         }
         Path(args.settings_out).write_text(json.dumps(applied, indent=2) + "\n")

@@ -37,8 +37,13 @@ class Pipeline:
         destination: str = detectors.DEFAULT_DESTINATION,
         heuristic: str = "distance",
         force_tsc: bool = False,
+        calibration: dict | None = None,
     ) -> None:
-        if tsc_timer.calibration() is None:
+        # With the run's calibration (the job on the machine that stamps send and receipt),
+        # the job's stamps are on that clock; else on this machine's own (see docs/results.md)
+        if calibration is not None:
+            tsc_timer.adopt(calibration)
+        elif tsc_timer.calibration() is None:
             tsc_timer.calibrate(force=force_tsc)
         self.forecaster = Forecaster(model_dir)
         self.router = Router.for_detectors(heuristic)
@@ -90,6 +95,10 @@ class Pipeline:
                 # durations inside the job (parse+predict, route), TSC ns of the job's machine
                 "predict_ns": predicted_at - start,
                 "route_ns": done - predicted_at,
+                # when the record reached the job and when its result left for the sink: the
+                # stage legs (input: producer → job, output: job → consumer) are taken from these
+                "job_in_ns": start,
+                "job_out_ns": tsc_timer.now_ns(),
             },
             separators=(",", ":"),
         )

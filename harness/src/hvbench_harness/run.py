@@ -42,6 +42,7 @@ from pathlib import Path
 from hvbench_agent import tuning
 from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, Setting, validate
 from hvbench_analysis import results as results_contract
+from hvbench_analysis import stages
 from hvbench_load import probe
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.probe import probe_record
@@ -115,6 +116,8 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
             "CPU_LATENCY is for the bare target; a testbed's host is tuned by "
             "make provision (host_tuning)"
         )
+    if args.trace or args.baseline:
+        raise RunError("TRACE=1 and BASELINE=1 are for the bare target only, so far")
     return setting
 
 
@@ -205,11 +208,18 @@ def measure(
     log(f"Flink job running ({started}), answered the probe in {ready_s:.1f} s")
     parts.on_teardown(lambda: reset_scheduler(target, parts))  # also after a failed apply
     meta_doc["sched"] = target.scheduler.apply(setting)
+    if args.baseline:
+        enter(meta_doc, "measuring the noise floor")
+        meta_doc["baseline"] = target.noise_floor(setting, args.baseline_s)
     enter(meta_doc, "starting the consumer")
     consumer, lines = start_consumer(target, parts, bootstrap, args.records, (job, run_id))
     enter(meta_doc, "sending")
+    if args.trace:
+        target.start_trace(parts)
     producers = start_producers(target, parts, bootstrap, args, run_id)
     steal = drain(args, target, parts, (job, consumer, producers), lines, meta_doc)
+    if args.trace:
+        target.stop_trace()
     if steal is not None:
         meta_doc["steal_while_sending"] = steal
     meta_doc["sched_at_end"] = target.scheduler.read()
@@ -274,6 +284,12 @@ def start_job(target: Target, parts: Parts, bootstrap: str) -> subprocess.Popen:
             "--settings-out",
             f"{paths.work}/job-settings.json",
             *(["--force-tsc"] if target.args.force_tsc else []),
+            # on the machine that stamps send and receipt, the job stamps on the same clock
+            *(
+                ["--calibration", f"{paths.work}/calibration.json"]
+                if target.job_shares_clock
+                else []
+            ),
         ),
     ]
     out = open(parts.work / "job.out", "wb")  # noqa: SIM115 — the child writes to it until the end
@@ -455,16 +471,38 @@ def finish(
     meta_doc.setdefault("clock", {})["stamps"] = (
         "TSC ns, one calibration shared by producers and consumer " + facts.get("stamps_where", "")
     )
+    meta_doc["clock"]["job"] = stages.clock_relation(samples, target.job_shares_clock)
     logs = [work / name for name in RUN_LOGS if (work / name).exists()]
     logs += sorted((work / "flink-log").glob("*.log"))
     letters = work / "dead_letters.jsonl"
+    trace = keep_trace(target, work, meta_doc)
+    baseline = work / results_contract.BASELINE
     results_contract.write_run(
-        results, meta_doc, samples, dead_letters=letters if letters.exists() else None, logs=logs
+        results,
+        meta_doc,
+        samples,
+        dead_letters=letters if letters.exists() else None,
+        logs=logs,
+        sched_trace=trace,
+        baseline=baseline if baseline.exists() else None,
     )
     shutil.rmtree(work, ignore_errors=True)
     print_summary(results, counts, latency, meta_doc)
     state = meta_doc["status"]["state"]
     return EXIT_CODES.get(state, 0 if counts.accounted else 2)
+
+
+def keep_trace(target: Target, work: Path, meta_doc: dict) -> Path | None:
+    """The scheduler trace (TRACE=1) as a file for the results, and its summary in meta_doc;
+    also what a failed or interrupted run recorded until it stopped."""
+    found = target.trace_result()
+    if found is None:
+        return None
+    text, summary = found
+    path = work / results_contract.SCHED_TRACE
+    path.write_text(text)
+    meta_doc["trace"] = summary
+    return path
 
 
 def collect_facts(target: Target) -> dict:

@@ -75,6 +75,14 @@ FIELDS = (
           "run although a required readiness check fails (meta.json says which)", "force"),
     Field("force_tsc", bool, False, "--force-tsc",
           "accept a TSC without constant_tsc/nonstop_tsc (recorded)", "force_tsc"),
+    Field("trace", bool, False, "--trace",
+          "bare: trace when the job's threads run, wait or sleep while sending (docs/tracing.md)",
+          "trace"),
+    Field("baseline", bool, False, "--baseline",
+          "bare: the noise floor first, cyclictest under the same setting (docs/tracing.md)",
+          "baseline"),
+    Field("baseline_s", float, 10.0, "--baseline-s", "seconds of the noise floor (BASELINE=1)",
+          "baseline_s"),
 )  # fmt: skip
 # Where a run reads and writes, and what it is called: the same for every point of a campaign.
 INPUTS = (

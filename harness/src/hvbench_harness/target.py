@@ -18,8 +18,12 @@ from pathlib import Path
 
 from hvbench_agent import facts as agent_facts
 from hvbench_agent import tuning
-from hvbench_agent.sched import Setting
-from hvbench_agent.sched.linux import LinuxScheduler
+from hvbench_agent.noise import TimerProbe
+from hvbench_agent.sched import Refused, Setting
+from hvbench_agent.sched.linux import LinuxScheduler, threads_of
+from hvbench_agent.trace import SchedTrace
+from hvbench_analysis.results import BASELINE
+from hvbench_analysis.stats import percentile
 from hvbench_load.broker import KafkaBroker
 
 import tsc_timer
@@ -64,6 +68,7 @@ class BareTarget:
 
     name = "bare"
     ready_timeout_s = 180.0
+    job_shares_clock = True  # the job adopts the run's calibration: one clock for every stamp
 
     def __init__(self, args: argparse.Namespace, run_id: str, cpu_latency: tuning.CpuLatency):
         self.args, self.cpu_latency = args, cpu_latency
@@ -79,6 +84,7 @@ class BareTarget:
         self.readiness: dict = {}
         self.broker: KafkaBroker | None = None
         self.jvm_pid: int | None = None
+        self.trace: SchedTrace | None = None
 
     def machines(self) -> set[Machine]:
         return {self.messaging}
@@ -133,6 +139,48 @@ class BareTarget:
         self.scheduler.bind(self.jvm_pid)
         return f"JVM pid {self.jvm_pid}"
 
+    def start_trace(self, parts: Parts) -> None:
+        """TRACE=1: the kernel's sched events of the job's record-handling threads, from now
+        until stop_trace (or the teardown)."""
+        threads = dict(threads_of(self.jvm_pid, list(JOB_THREAD_PATTERNS)))
+        self.trace = SchedTrace(f"hvbench-{Path(self.paths.work).name}", threads)
+        self.trace.start()
+        parts.on_teardown(self.trace.stop)
+        log(f"tracing {len(threads)} threads of the job ({self.trace.clock} clock)")
+
+    def stop_trace(self) -> None:
+        summary = self.trace.stop()[1]
+        log(f"trace stopped: {summary['lines']} events, {summary['dropped']} dropped")
+
+    def noise_floor(self, setting: Setting, seconds: float) -> dict:
+        """BASELINE=1: cyclictest here for `seconds`, its thread under the run's setting, with
+        the pipeline up and idle. Every kept wake-up's latency goes to baseline.csv (µs); the
+        summary to meta.json. A setting the probe cannot take is recorded, not fatal."""
+        work = Path(self.paths.work)
+        held = self.cpu_latency.describe()
+        pm_qos = held.get("readback_us") if self.cpu_latency.fd is not None else None
+        probe = TimerProbe(seconds, work / "cyclictest.out", pm_qos)
+        log(f"noise floor: cyclictest for {seconds:g} s under SCHED={setting.sched}")
+        probe.start()
+        try:
+            probe.under(setting, Path(self.paths.work).name)
+        except Refused as e:
+            probe.proc.kill()
+            probe.finish()
+            return {"error": f"the noise floor could not take the setting: {e}"}
+        kept, summary = probe.finish()
+        (work / BASELINE).write_text("latency_us\n" + "".join(f"{v}\n" for v in kept))
+        if kept:
+            p50, p99, p999 = percentile(kept, [50, 99, 99.9])
+            summary |= {"count": len(kept), "p50_us": int(p50), "p99_us": int(p99),
+                        "p99.9_us": int(p999), "max_us": max(kept)}  # fmt: skip
+        log(f"noise floor: {len(kept)} wake-ups, max {summary.get('max_us')} µs")
+        return summary
+
+    def trace_result(self) -> tuple[str, dict] | None:
+        """The trace's event lines and summary, if the run traced."""
+        return None if self.trace is None else self.trace.result
+
     def part_gone(self, job: subprocess.Popen) -> str | None:
         """Why the run cannot go on (the job or its JVM exited, Kafka is gone for good)."""
         work = Path(self.paths.work)
@@ -177,6 +225,9 @@ class TestbedTarget:
             )
         self.name = self.testbed.target
         self.messaging, self.realtime = self.testbed.messaging, self.testbed.realtime
+        # the job stamps on the run's clock only where it runs on the messaging machine (the
+        # same SSH destination), else on its own, whose offset the run's records bound
+        self.job_shares_clock = self.realtime.ssh == self.messaging.ssh
         base = self.testbed.install_dir  # where the guest roles put everything
         self.paths = Paths(
             f"{base}/data/pems",
@@ -300,6 +351,9 @@ class TestbedTarget:
 
     def faults(self) -> list[dict]:
         return list(self.broker_faults)
+
+    def trace_result(self) -> None:
+        return None  # TRACE=1 is refused for testbeds before the run (validate_request)
 
     def steal(self, figures: dict) -> dict:
         return figures  # one figure per machine

@@ -1,0 +1,181 @@
+"""A run's scheduler trace (TRACE=1: `sched_trace.txt`, the kernel's sched_switch and
+sched_wakeup events of the job's threads) as intervals on the run's clock, and the slow records
+it explains (docs/tracing.md).
+
+    events = parse(text)                                  # one row per event
+    spans = intervals(events, threads, to_ns)             # tid, comm, state, start_ns, end_ns
+    explained = explain(samples, spans, threshold_ns)     # per slow record: the share covered
+
+A thread is `running` from a switch to it until a switch away; then `runnable` if it still
+wanted the CPU (prev_state R: preempted, or its budget used up) or `blocked` (it waited for
+something: S, D, ...) until it is woken, and `runnable` from its wake-up until it runs. A slow
+record is explained by the time, within its latency, during which any of the job's threads was
+runnable but not running: the CPU it needed was withheld.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# "<comm>-<pid> [003] d..2. 2642311780147: sched_switch: prev_comm=... ==> next_comm=..."
+# (comm may hold spaces and dashes; the timestamp is TSC counts, or seconds.micros)
+LINE = re.compile(r"\[(\d+)\]\s+\S+\s+(\d+(?:\.\d+)?): (sched_switch|sched_wakeup): (.*)$")
+SWITCH = re.compile(
+    r"prev_comm=(.*) prev_pid=(\d+) prev_prio=-?\d+ prev_state=(\S+) ==> "
+    r"next_comm=(.*) next_pid=(\d+) next_prio=-?\d+"
+)
+WAKEUP = re.compile(r"comm=(.*) pid=(\d+) prio=-?\d+")
+STATES = ("running", "runnable", "blocked")
+
+
+def parse(text: str) -> pd.DataFrame:
+    """The events: ts (as printed), cpu, event, prev_pid, prev_state, next_pid, pid (woken)."""
+    rows = []
+    for line in text.splitlines():
+        found = LINE.search(line)
+        if not found:
+            continue
+        cpu, ts, event, payload = found.groups()
+        row = {"ts": ts, "cpu": int(cpu), "event": event}
+        if event == "sched_switch" and (m := SWITCH.match(payload)):
+            row.update(prev_pid=int(m[2]), prev_state=m[3], next_pid=int(m[5]))
+        elif event == "sched_wakeup" and (m := WAKEUP.match(payload)):
+            row.update(pid=int(m[2]))
+        else:
+            continue
+        rows.append(row)
+    columns = ["ts", "cpu", "event", "prev_pid", "prev_state", "next_pid", "pid"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def clock_to_ns(clock: str, tsc: dict):
+    """A function from printed trace timestamps to the run's ns: x86-tsc counts convert with
+    the run's TSC calibration (as the records' stamps do); mono_raw is already that timeline
+    (seconds, microsecond resolution)."""
+    if clock == "x86-tsc":
+        base_ticks, base_ns, hz = tsc["base_ticks"], tsc["base_ns"], tsc["hz"]
+        return lambda ts: base_ns + (np.asarray(ts, np.float64) - base_ticks) * 1e9 / hz
+    if clock == "mono_raw":
+        return lambda ts: np.asarray(ts, np.float64) * 1e9
+    raise ValueError(f"trace clock {clock!r} cannot be put on the run's clock")
+
+
+def transitions(events: pd.DataFrame, tids: set[int]) -> pd.DataFrame:
+    """(ts, tid, state) each time a traced thread's state changes, in trace order."""
+    rows = []
+    for e in events.itertuples(index=False):
+        if e.event == "sched_switch":
+            if e.prev_pid in tids:
+                state = "runnable" if str(e.prev_state).startswith("R") else "blocked"
+                rows.append((e.ts, int(e.prev_pid), state))
+            if e.next_pid in tids:
+                rows.append((e.ts, int(e.next_pid), "running"))
+        elif e.pid in tids:
+            rows.append((e.ts, int(e.pid), "wakeup"))
+    return pd.DataFrame(rows, columns=["ts", "tid", "state"])
+
+
+def intervals(events: pd.DataFrame, threads: dict[int, str], to_ns) -> pd.DataFrame:
+    """tid, comm, state (running, runnable, blocked), start_ns, end_ns: each traced thread's
+    states between its first and its last event."""
+    changes = transitions(events, set(threads))
+    rows = []
+    for tid, group in changes.groupby("tid", sort=True):
+        times = to_ns(group["ts"].astype(float).to_numpy())
+        ends = [*times[1:], None]  # each state lasts until the thread's next change
+        state = None
+        for start, end, change in zip(times, ends, group["state"], strict=True):
+            if change == "wakeup":  # a wake-up makes a blocked thread runnable, nothing else
+                change = "runnable" if state in (None, "blocked") else state
+            state = change
+            if end is not None and end > start:
+                rows.append((tid, threads[tid], state, start, end))
+    return pd.DataFrame(rows, columns=["tid", "comm", "state", "start_ns", "end_ns"])
+
+
+def covered_ns(spans: np.ndarray, start: float, end: float) -> float:
+    """How much of [start, end] the union of `spans` (sorted by start, n × 2) covers."""
+    total, reach = 0.0, start
+    for a, b in spans:
+        a, b = max(a, reach), min(b, end)
+        if b > a:
+            total += b - a
+            reach = b
+        if reach >= end:
+            break
+    return total
+
+
+def explain(samples: pd.DataFrame, spans: pd.DataFrame, threshold_ns: float) -> pd.DataFrame:
+    """Each record at or over the threshold whose latency the trace saw whole: its latency,
+    how long a job thread was runnable but not running within it, and that share (%)."""
+    waiting = spans[spans["state"] == "runnable"].sort_values("start_ns")
+    merged = waiting[["start_ns", "end_ns"]].to_numpy(np.float64)
+    seen_from, seen_to = spans["start_ns"].min(), spans["end_ns"].max()
+    slow = samples[(samples["latency_ns"] >= threshold_ns)]
+    slow = slow[(slow["sent_ns"] >= seen_from) & (slow["received_ns"] <= seen_to)]
+    rows = []
+    for r in slow.itertuples(index=False):
+        covered = covered_ns(merged, r.sent_ns, r.received_ns)
+        rows.append(
+            {
+                "detector": r.detector,
+                "seq": r.seq,
+                "sent_ns": r.sent_ns,
+                "latency_ms": r.latency_ns / 1e6,
+                "runnable_ms": covered / 1e6,
+                "explained_pct": 100 * covered / r.latency_ns,
+            }
+        )
+    columns = ["detector", "seq", "sent_ns", "latency_ms", "runnable_ms", "explained_pct"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def run_explanation(directory, meta: dict, deadline_ms: float | None) -> dict | None:
+    """A traced run's slow records explained: {"summary": one table row, "records": explain()'s
+    table, "spans": the intervals, "samples": the run's received records}; None if the run
+    has no trace or its clock cannot be put on the run's."""
+    from hvbench_analysis import results, stages  # the report's modules, loaded on first use
+
+    trace, tsc = meta.get("trace") or {}, (meta.get("clock") or {}).get("tsc") or {}
+    path = Path(directory) / results.SCHED_TRACE
+    if not trace or not path.exists():
+        return None
+    try:
+        to_ns = clock_to_ns(trace.get("clock", ""), tsc)
+    except (ValueError, KeyError):
+        return None
+    threads = {int(tid): comm for tid, comm in (trace.get("threads") or {}).items()}
+    spans = intervals(parse(path.read_text(errors="replace")), threads, to_ns)
+    samples = results.read_samples(directory)
+    samples = samples[(samples["copies"] > 0) & ~samples["warmup"]]
+    if spans.empty or samples.empty or "sent_ns" not in samples:
+        return None
+    threshold = stages.tail_threshold_ns(samples["latency_ns"].to_numpy(), deadline_ms)
+    records = explain(samples, spans, threshold)
+    return {
+        "summary": explanation_row(meta, trace, threshold, records),
+        "records": records,
+        "spans": spans,
+        "samples": samples,
+    }
+
+
+def explanation_row(meta: dict, trace: dict, threshold_ns: float, records: pd.DataFrame) -> dict:
+    shares = records["explained_pct"]
+    return {
+        "run_id": meta.get("run_id"),
+        "threads": len(trace.get("threads") or {}),
+        "clock": trace.get("clock"),
+        "events": trace.get("lines"),
+        "dropped": trace.get("dropped"),
+        "tail from (ms)": threshold_ns / 1e6,
+        "tail records": len(records),
+        "mean explained (%)": float(shares.mean()) if len(shares) else float("nan"),
+        "median explained (%)": float(shares.median()) if len(shares) else float("nan"),
+        "≥ 50 % explained": int((shares >= 50).sum()),
+    }

@@ -1,0 +1,153 @@
+"""Where a record's time went: the input leg (producer → broker → job), the job's own work
+(parse, forecast, route) and the output leg (job → broker → consumer).
+
+Four stamps per record (docs/results.md, "Stage legs"):
+    t1 sent_ns, t4 received_ns   on the messaging machine's clock (the run's calibration)
+    t2 job_in_ns, t3 job_out_ns  on the job's machine's clock
+The job's work is t3 − t2 and needs no second clock. The legs cross machines: with θ the
+offset of the job's clock from the messaging machine's, input = t2 − t1 − θ and
+output = t4 − t3 + θ (they add up to the latency t4 − t1 whatever θ is).
+
+`clock_relation()` says what θ is known to be, and meta.json records it (`clock.job`):
+- "one calibration": the job adopted the run's calibration (bare, or a testbed whose job runs on
+  the messaging machine): θ = 0 exactly.
+- "causal bounds": the job stamped on its own clock. Every record bounds θ, NTP-style: it
+  reached the job after it was sent (θ ≤ t2 − t1) and left the job before it came back
+  (θ ≥ t3 − t4). Over the first and the last WINDOW records these intervals intersect into
+  [low, high]; θ is taken as its middle, at most half its width off, and interpolated in
+  between for drift. An empty intersection (the stamps contradict each other) leaves θ unknown.
+- unknown (older runs, no job stamps): the legs are not computed. Stamps of two clocks are
+  never subtracted with an unknown offset.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hvbench_analysis.stats import percentile
+
+WINDOW = 200  # records at each end of the run that bound the clock offset
+STAMPS = ("sent_ns", "job_in_ns", "job_out_ns", "received_ns")
+LEGS = ("input_leg_ns", "job_ns", "output_leg_ns")
+LEG_NAMES = {"input_leg_ns": "input leg", "job_ns": "job", "output_leg_ns": "output leg"}
+SAME_CLOCK = "one calibration"
+CAUSAL = "causal bounds"
+
+
+def stamped(samples: pd.DataFrame) -> pd.DataFrame:
+    """The received records that carry all four stamps, in send order."""
+    if not set(STAMPS) <= set(samples.columns):
+        return samples.iloc[0:0]
+    rows = samples.dropna(subset=list(STAMPS))
+    return rows.sort_values("sent_ns", kind="stable")
+
+
+def offset_bounds(rows: pd.DataFrame) -> dict | None:
+    """[low, high] for θ from these records' causality, or None if they contradict."""
+    t1, t2, t3, t4 = (rows[c].to_numpy(np.float64) for c in STAMPS)
+    low, high = float(np.max(t3 - t4)), float(np.min(t2 - t1))
+    if low > high:
+        return None
+    return {
+        "at_ns": float(np.median(t1)),
+        "low_ns": low,
+        "high_ns": high,
+        "offset_ns": (low + high) / 2,
+        "bound_ns": (high - low) / 2,
+        "records": len(rows),
+    }
+
+
+def clock_relation(samples: pd.DataFrame, shared: bool, window: int = WINDOW) -> dict:
+    """What is known of the job's clock against the messaging machine's (see the module's
+    doc): meta.json's `clock.job`."""
+    if shared:
+        return {"method": SAME_CLOCK, "known": True, "offset_ns": 0, "bound_ns": 0}
+    rows = stamped(samples)
+    method = f"{CAUSAL} over the first and last {window} records (NTP-style)"
+    if len(rows) == 0:
+        return {"method": method, "known": False, "reason": "no records with the job's stamps"}
+    start, end = offset_bounds(rows.head(window)), offset_bounds(rows.tail(window))
+    if start is None or end is None:
+        reason = "the stamps contradict each other: no offset satisfies every record"
+        return {"method": method, "known": False, "reason": reason}
+    bound = max(start["bound_ns"], end["bound_ns"])
+    return {"method": method, "known": True, "start": start, "end": end, "bound_ns": bound}
+
+
+def offset_at(relation: dict, sent_ns: np.ndarray) -> np.ndarray:
+    """θ at each send time: 0, or interpolated between the run's start and end estimates."""
+    if relation.get("method") == SAME_CLOCK:
+        return np.zeros(len(sent_ns))
+    start, end = relation["start"], relation["end"]
+    if end["at_ns"] <= start["at_ns"]:
+        return np.full(len(sent_ns), (start["offset_ns"] + end["offset_ns"]) / 2)
+    return np.interp(
+        sent_ns, [start["at_ns"], end["at_ns"]], [start["offset_ns"], end["offset_ns"]]
+    )
+
+
+def legs(samples: pd.DataFrame, relation: dict | None) -> pd.DataFrame:
+    """input_leg_ns, job_ns, output_leg_ns per sample (same index); NaN where a stamp is
+    missing, and the two legs NaN throughout when the clock offset is not known."""
+    out = pd.DataFrame(index=samples.index, columns=list(LEGS), dtype=np.float64)
+    if not set(STAMPS) <= set(samples.columns):
+        return out
+    t1, t2, t3, t4 = (samples[c].to_numpy(np.float64) for c in STAMPS)
+    out["job_ns"] = t3 - t2
+    if relation and relation.get("known"):
+        theta = offset_at(relation, t1)
+        out["input_leg_ns"] = t2 - t1 - theta
+        out["output_leg_ns"] = t4 - t3 + theta
+    return out
+
+
+def tail_threshold_ns(latency_ns: np.ndarray, deadline_ms: float | None) -> float:
+    """Records slower than this are the tail: the deadline, or else the p99.9."""
+    if deadline_ms is not None:
+        return deadline_ms * 1e6
+    return float(percentile(latency_ns, 99.9))
+
+
+def breakdown(group: pd.DataFrame, deadline_ms: float | None = None) -> dict | None:
+    """One configuration's legs: p50, p99 and max of each (ms), and for the tail (records at
+    or over the threshold) the share of their latency each leg took. None without legs."""
+    rows = group.dropna(subset=list(LEGS))
+    if rows.empty:
+        return None
+    out: dict = {"records": len(rows)}
+    for leg in LEGS:
+        ms = rows[leg].to_numpy() / 1e6
+        name = LEG_NAMES[leg]
+        out[f"{name} p50 (ms)"] = float(percentile(ms, 50))
+        out[f"{name} p99 (ms)"] = float(percentile(ms, 99))
+        out[f"{name} max (ms)"] = float(ms.max())
+    latency = rows["latency_ns"].to_numpy(np.float64)
+    threshold = tail_threshold_ns(latency, deadline_ms)
+    tail = rows[latency >= threshold]
+    out["tail from (ms)"] = threshold / 1e6
+    out["tail records"] = len(tail)
+    total = tail["latency_ns"].sum()
+    for leg in LEGS:
+        share = 100 * tail[leg].sum() / total if len(tail) else float("nan")
+        out[f"tail share {LEG_NAMES[leg]} (%)"] = float(share)
+    return out
+
+
+BANDS = (("≤ p50", 0, 50), ("p50–p99", 50, 99), ("p99–p99.9", 99, 99.9), ("> p99.9", 99.9, 100))
+
+
+def by_band(group: pd.DataFrame) -> pd.DataFrame:
+    """Mean of each leg (ms) over the records in each latency band of the configuration
+    (≤ p50, p50–p99, p99–p99.9, over p99.9): each band's legs add up to its mean latency."""
+    rows = group.dropna(subset=list(LEGS))
+    latency = rows["latency_ns"].to_numpy(np.float64)
+    out = []
+    for name, low, high in BANDS:
+        above = latency > percentile(latency, low) if low > 0 else np.ones(len(latency), bool)
+        within = above & (latency <= percentile(latency, high))
+        if within.any():
+            means = {LEG_NAMES[leg]: rows[leg][within].mean() / 1e6 for leg in LEGS}
+            out.append({"band": name, "records": int(within.sum()), **means})
+    return pd.DataFrame(out)

@@ -1,0 +1,63 @@
+"""The scheduler trace through the kernel's own tracer (tracefs), for real: this machine's
+kernel records a thread of this test."""
+
+import threading
+import time
+
+import pytest
+from hvbench_agent import trace
+from hvbench_agent.sched import Refused
+
+
+def test_the_tsc_is_the_trace_clock_where_the_kernel_offers_it():
+    assert trace.pick_clock("[local] global counter mono_raw x86-tsc") == "x86-tsc"
+    assert trace.pick_clock("local [mono_raw] boot") == "mono_raw"
+    with pytest.raises(Refused, match="none of"):
+        trace.pick_clock("[local] global")
+
+
+def test_the_filters_keep_only_the_given_threads():
+    got = trace.filters([7, 9])
+    assert got["sched/sched_switch"] == (
+        "prev_pid == 7 || next_pid == 7 || prev_pid == 9 || next_pid == 9"
+    )
+    assert got["sched/sched_wakeup"] == "pid == 7 || pid == 9"
+
+
+def sleeper(seconds: float, started: threading.Event, tid: list) -> threading.Thread:
+    """A thread that sleeps 1 ms at a time for `seconds`: it switches often."""
+
+    def run() -> None:
+        tid.append(threading.get_native_id())
+        started.set()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.001)
+
+    return threading.Thread(target=run, name="hvbench-sleeper")
+
+
+def test_a_thread_is_traced_and_the_instance_goes_afterwards():
+    started, tid = threading.Event(), []
+    thread = sleeper(0.3, started, tid)
+    thread.start()
+    started.wait(5)
+    with trace.SchedTrace("hvbench-test-trace", {tid[0]: "hvbench-sleeper"}, 512) as traced:
+        instance = trace.tracefs() / "instances" / "hvbench-test-trace"
+        assert instance.is_dir()
+        with pytest.raises(Refused, match="exists"):  # one trace of a name at a time
+            trace.SchedTrace("hvbench-test-trace", {tid[0]: "x"}).start()
+        thread.join()
+    text, summary = traced.result
+    assert not instance.exists()
+    assert summary["clock"] in trace.CLOCKS and summary["dropped"] == 0
+    assert summary["threads"] == {str(tid[0]): "hvbench-sleeper"}
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert summary["lines"] == len(lines) > 50  # ~300 sleeps of 1 ms, each a switch and a wake
+    mine = [f"pid={tid[0]} ", f"prev_pid={tid[0]} ", f"next_pid={tid[0]} "]
+    assert all(any(m in line for m in mine) for line in lines)  # only this thread's events
+
+
+def test_a_trace_of_no_threads_is_refused():
+    with pytest.raises(Refused, match="no threads"):
+        trace.SchedTrace("hvbench-test-none", {})
