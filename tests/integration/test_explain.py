@@ -5,6 +5,7 @@ maximum beside the analytical bound and the noise floor beside the tail. Timings
 (pytest -s), never asserted: the machine is shared."""
 
 import json
+import signal
 
 import pandas as pd
 import pytest
@@ -24,7 +25,11 @@ def starved_run(small_data, small_model, tmp_path_factory):
     args = run_args(tmp_path, small_data[0], small_model, "--run-id", "starved", records=240)
     args += ["--sched", "deadline", "--budget", str(BUDGET_US), "--period", str(PERIOD_US)]
     args += ["--trace", "--baseline", "--baseline-s", "3", "--drain-s", "60"]
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     code = run.main(args)
+    # the run took SIGINT and SIGTERM over; in-process callers get theirs back, so that the
+    # processes they start later do not inherit a SIGINT ignored (Ctrl-C tests would hang)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
     return code, tmp_path, tmp_path / "results" / "starved"
 
 

@@ -570,6 +570,10 @@ def print_steal(steal: dict | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # a run takes SIGINT and SIGTERM over (and ignores them while it writes its results):
+    # the caller's handlers come back afterwards, for callers in the same process (tests,
+    # benchmarks), whose later children would otherwise inherit SIGINT ignored
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         args = parse_args(argv)
         if args.validate_only:
@@ -587,6 +591,9 @@ def main(argv: list[str] | None = None) -> int:
     ) as e:
         print(f"make run: {e}", file=sys.stderr)
         return 1
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":
