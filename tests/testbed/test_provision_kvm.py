@@ -413,6 +413,13 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     assert (results / run_id / "logs/job.out").exists()
 
 
+def comm_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def ssh_session_of(pid: int, listener: int) -> list[int]:
     """The sshd processes between the controller's test sshd (pid `listener`) and `pid`: the
     SSH session that runs it. (sshd rewrites its processes' command lines, the listener's
@@ -421,7 +428,7 @@ def ssh_session_of(pid: int, listener: int) -> list[int]:
     while pid > 1:
         if pid == listener:
             return session
-        if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+        if comm_of(pid) == "sshd":
             session.append(pid)
         pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     raise AssertionError(f"not under the test sshd (pid {listener})")
@@ -452,10 +459,13 @@ def test_a_dropped_ssh_connection_ends_the_run_and_keeps_what_was_measured(host,
     try:
         wait_for_line(log, "producers started", proc, timeout=2000)
         time.sleep(3)
-        tether = here("pgrep -f '[h]vbench_agent tether -- env OPENBLAS.*hvbench_job.job'")
-        assert tether.strip(), "the job's tether was not found"
+        # the tether on the far side, not the harness's ssh client, whose command line (here,
+        # on the same machine) names the same command
+        found = here("pgrep -f '[h]vbench_agent tether -- env OPENBLAS.*hvbench_job.job'")
+        tethers = [int(pid) for pid in found.split() if comm_of(int(pid)) != "ssh"]
+        assert tethers, f"the job's tether was not found: {found!r}"
         listener = int((host[1].parent.parent / "controller" / "sshd.pid").read_text())
-        for pid in ssh_session_of(int(tether.split()[0]), listener):
+        for pid in ssh_session_of(tethers[0], listener):
             os.kill(pid, 9)
         dropped = time.monotonic()
         wait_for_line(log, "run failed while", proc, timeout=600)
