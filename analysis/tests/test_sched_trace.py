@@ -43,6 +43,67 @@ def test_tsc_counts_convert_with_the_runs_calibration():
         sched_trace.clock_to_ns("local", {})
 
 
+# a Xen trace's lines as the host's agent writes them from xentrace's records (vmtrace)
+XEN = """d5v0 [002] xen 1000: runstate: vcpu=0 blocked->runnable
+d5v0 [002] xen 1500: runstate: vcpu=0 runnable->running
+d5v0 [002] xen 4000: runstate: vcpu=0 running->runnable
+d5v0 [003] xen 6000: runstate: vcpu=0 runnable->running
+d5v0 [003] xen 7000: runstate: vcpu=0 running->offline
+"""
+
+
+def test_a_xen_vcpus_runstates_are_its_states():
+    to_ns = sched_trace.clock_to_ns("tsc", ONE_GHZ)
+    got = sched_trace.intervals(sched_trace.parse(XEN), {0: "d5v0"}, to_ns)
+    assert [(r.state, r.start_ns, r.end_ns) for r in got.itertuples()] == [
+        ("runnable", 1000, 1500),
+        ("running", 1500, 4000),
+        ("runnable", 4000, 6000),  # out of budget, or another vCPU's turn
+        ("running", 6000, 7000),
+    ]
+
+
+def test_a_trace_from_another_clock_goes_through_its_alignment():
+    # run ticks = 0.5 × trace stamp + 100; then the run's calibration (1 GHz, origin 0)
+    aligned = {"known": True, "scale": 0.5, "offset_ticks": 100}
+    assert sched_trace.clock_to_ns("x86-tsc", ONE_GHZ, aligned)([1000]) == pytest.approx([600])
+    with pytest.raises(ValueError, match="not aligned: no syncs"):
+        sched_trace.clock_to_ns("x86-tsc", ONE_GHZ, {"known": False, "reason": "no syncs"})
+
+
+def test_syncs_give_the_line_through_their_tightest_brackets():
+    """Trace stamps t and run ticks r with r = 2t + 50: each sync's bracket holds the true r;
+    the tightest at each end decide, and the bound is the wider of their half-widths."""
+    syncs = []
+    for n, (t, before, after) in enumerate(
+        [(100, 20, 60), (110, 5, 60), (120, 10, 30), (5000, 30, 30), (5010, 2, 4)]
+    ):
+        r = 2 * t + 50
+        syncs.append({"n": n, "trace_ts": str(t), "sent_ticks": r - before,
+                      "answered_ticks": r + after})  # fmt: skip
+    found = sched_trace.alignment_from_syncs(syncs, hz=1e9, window=3)
+    # the tightest first is n=2 (width 40, midpoint r+10), the last n=4 (width 6, r+1)
+    assert found["known"] and found["bound_ns"] == pytest.approx(20)
+    assert found["scale"] * 120 + found["offset_ticks"] == pytest.approx(2 * 120 + 50 + 10)
+    assert found["scale"] * 5010 + found["offset_ticks"] == pytest.approx(2 * 5010 + 50 + 1)
+    lost = sched_trace.alignment_from_syncs([{**syncs[0], "trace_ts": None}], hz=1e9)
+    assert not lost["known"] and "no sync" in lost["reason"]
+
+
+def test_a_kvm_guests_tsc_offset_and_ratio_align_the_hosts_trace():
+    vcpu = {"tsc-offset": -5000, "tsc-scaling-ratio": 3 << 47, "tsc-scaling-ratio-frac-bits": 48}
+    start = {"kind": "kvm tsc offset", "vcpus": {"vcpu0": vcpu}}
+    found = sched_trace.alignment_from_guest_clock(start, start)
+    assert found == {"method": "kvm tsc offset", "known": True, "scale": 1.5,
+                     "offset_ticks": -5000, "bound_ns": 0}  # fmt: skip
+    moved = {**start, "vcpus": {"vcpu0": {**vcpu, "tsc-offset": 7}}}
+    assert not sched_trace.alignment_from_guest_clock(start, moved)["known"]
+    pv = {"kind": "xen pv tsc", "host_tsc": True}
+    assert sched_trace.alignment_from_guest_clock(pv, pv)["scale"] == 1.0
+    hvm = {"kind": "xen hvm tsc", "host_tsc": False, "type": "hvm", "tsc_mode": "default"}
+    assert not sched_trace.alignment_from_guest_clock(hvm, hvm)["known"]
+
+
 def test_a_slow_record_is_explained_by_the_time_its_threads_waited_for_a_cpu():
     samples = pd.DataFrame(
         {

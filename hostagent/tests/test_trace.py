@@ -61,3 +61,31 @@ def test_a_thread_is_traced_and_the_instance_goes_afterwards():
 def test_a_trace_of_no_threads_is_refused():
     with pytest.raises(Refused, match="no threads"):
         trace.SchedTrace("hvbench-test-none", {})
+
+
+def test_kvm_events_are_filtered_on_the_raising_thread():
+    got = trace.filters([7, 9], trace.KVM_EVENTS)
+    assert got == {
+        "kvm/kvm_entry": "common_pid == 7 || common_pid == 9",
+        "kvm/kvm_exit": "common_pid == 7 || common_pid == 9",
+    }
+
+
+def test_sync_markers_are_stamped_on_the_traces_clock():
+    """The markers a testbed's trace is aligned by (vmtrace): written into this machine's
+    trace instance, found again with their stamps, in order."""
+    from hvbench_agent import vmtrace
+
+    started, tid = threading.Event(), []
+    thread = sleeper(0.2, started, tid)
+    thread.start()
+    started.wait(5)
+    with trace.SchedTrace("hvbench-test-marks", {tid[0]: "hvbench-sleeper"}, 512) as traced:
+        for n in range(3):
+            traced.mark(f"{vmtrace.MARKER} {n}")
+            time.sleep(0.01)
+        thread.join()
+    stamps = vmtrace.marker_stamps(traced.result[0])
+    assert list(stamps) == ["0", "1", "2"]
+    values = [float(v) for v in stamps.values()]
+    assert values == sorted(values) and values[0] < values[2]

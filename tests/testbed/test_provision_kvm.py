@@ -19,6 +19,8 @@ import pandas as pd
 import pytest
 import yaml
 from hostvm import ControllerSSH, HostVM, agent_wheel, build_image, run_playbook
+from hvbench_analysis import sched_trace
+from hvbench_harness import hosttrace
 
 pytestmark = pytest.mark.testbed
 
@@ -364,7 +366,7 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     # one run id per session: a failed run leaves its work/<run-id> (logs) in the checkout
     run_id = f"kvm-cfs-{tmp_path.parent.name}"
     proc = subprocess.run(
-        make_run(host, results, run_id),
+        make_run(host, results, run_id, TRACE=1),
         cwd=REPO,
         env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
         stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin
@@ -411,6 +413,28 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     assert here(f"pgrep -af '[/]{str(install_dir)[1:]}' || true").strip() == ""
     assert list(run_dir.iterdir()) == []
     assert (results / run_id / "logs/job.out").exists()
+    assert_the_vcpus_trace_is_aligned_and_read(results / run_id, meta)
+
+
+def assert_the_vcpus_trace_is_aligned_and_read(run: Path, meta: dict) -> None:
+    """TRACE=1 on KVM: the nested real-time VM's vCPU thread traced on the host VM, put on the
+    run's clock by syncs through the trace (this machine plays the messaging VM, so it shares
+    the harness's clock; the nested messaging guest's own TSC offset is read too, and not
+    used: it is not the machine that stamped), and read by the report. Nothing is timed."""
+    trace = meta["trace"]
+    assert trace["clock"] == "x86-tsc" and list(trace["threads"].values()) == ["CPU 0/KVM"]
+    assert "hvbench-realtime" in trace["where"] and trace["dropped"] == 0
+    aligned = trace["alignment"]
+    assert aligned["method"] == sched_trace.SYNC and aligned["known"], aligned
+    assert 0 < aligned["bound_ns"] < 5e9 and len(aligned["pairs"]) == 2 * hosttrace.SYNCS
+    guest = trace["guest_clock"]
+    assert isinstance(guest["vcpus"]["vcpu0"]["tsc-offset"], int), guest
+    assert trace["kvm_exits"]["events"] == ["kvm_entry", "kvm_exit"]
+    explained = sched_trace.run_explanation(run, meta, deadline_ms=None)
+    assert explained is not None, (run / "sched_trace.txt").read_text()[-3000:]
+    spans, samples = explained["spans"], explained["samples"]
+    # on the run's clock: the vCPU's states lie within the minutes around the records
+    assert samples["sent_ns"].min() - 120e9 < spans["start_ns"].min() < samples["sent_ns"].max()
 
 
 def comm_of(pid: int) -> str:

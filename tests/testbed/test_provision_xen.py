@@ -26,6 +26,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from hostvm import (
@@ -37,6 +39,7 @@ from hostvm import (
     build_image,
     run_playbook,
 )
+from hvbench_analysis import results, sched_trace, synthetic
 from hvbench_harness import readiness
 from hvbench_harness.testbed import Machine
 
@@ -325,6 +328,49 @@ def test_extratime_switched_on_for_depleted_vcpus_leaves_xen_running(host):
         assert code == 0, text
         assert {v["extratime"] for v in out["readback"]["vcpus"]} == {int(extratime)}
     on_host(host, f"xl sched-rtds -d {GUEST} -v all -p 100000 -b 76000 -e 0")
+
+
+def test_a_trace_of_the_real_time_domains_vcpus_is_captured_aligned_and_read(host, tmp_path):
+    """TRACE=1's part on a Xen host: the agent runs xentrace in dom0 for 8 s while the
+    real-time VM's two vCPUs spin under RTDS (76 ms of each 100 ms, left by the test above),
+    turns the domain's runstate records into lines, and says how the messaging VM's clock
+    relates to the trace's (a PV guest reads the host's TSC). No workload runs in this test's
+    guests, so the report's reader is given a synthetic run placed inside the trace's window;
+    the trace itself is the real one. Nothing is timed."""
+    spin = "for i in 1 2; do nohup timeout 60 sh -c 'while :; do :; done' >/dev/null 2>&1 & done"
+    on_guest(host, GUEST, spin, patience=300)
+    out = "/var/lib/hvbench/trace-test.txt"
+    traced = on_host(
+        host,
+        f"sleep 8 | hvbench-agent trace --backend xen --domain {GUEST} --out {out} "
+        f"--clock-of {MESSAGING}",
+    )
+    started, summary = (json.loads(line) for line in traced.stdout.splitlines())
+    text = on_host(host, f"cat {out} && rm -f {out}").stdout
+    assert started["clock"] == "tsc" and len(started["threads"]) == 2, started
+    guest = started["guest_clock"]
+    assert (guest["type"], guest["host_tsc"]) == ("pv", True), guest
+    aligned = sched_trace.alignment_from_guest_clock(guest, summary["guest_clock_at_end"])
+    assert aligned["known"] and aligned["scale"] == 1.0 and aligned["offset_ticks"] == 0
+    assert summary["lines"] == len(text.splitlines()) > 0 and summary["dropped"] == 0, summary
+    # the lines read back as the two vCPUs' states, on the TSC
+    events = sched_trace.parse(text)
+    threads = {int(k): v for k, v in summary["threads"].items()}
+    first_ts = int(events["ts"].iloc[0])
+    to_ns = sched_trace.clock_to_ns("tsc", {"base_ticks": first_ts, "base_ns": 0, "hz": 1e9})
+    spans = sched_trace.intervals(events, threads, to_ns)
+    assert set(spans["comm"]) == set(threads.values()) and "running" in set(spans["state"])
+    # and the report's reader explains a run's records against them
+    run = synthetic.write_run(tmp_path / "xen-traced", np.full(60, 5e6), target="xen")
+    meta = json.loads((run / results.META).read_text())
+    sent = pd.read_csv(run / results.SAMPLES)["sent_ns"]
+    meta["clock"]["tsc"].update(base_ticks=first_ts, base_ns=int(sent.min()), hz=1e9)
+    meta["trace"] = {**summary, "alignment": aligned}
+    (run / results.META).write_text(json.dumps(meta))
+    (run / results.SCHED_TRACE).write_text(text)
+    explained = sched_trace.run_explanation(run, meta, deadline_ms=None)
+    assert explained is not None and explained["summary"]["aligned by"] == "xen pv tsc"
+    assert len(explained["spans"]) == len(spans)
 
 
 def test_a_setting_the_host_cannot_take_is_refused_and_changes_nothing(host):

@@ -23,12 +23,19 @@ import pandas as pd
 
 # "<comm>-<pid> [003] d..2. 2642311780147: sched_switch: prev_comm=... ==> next_comm=..."
 # (comm may hold spaces and dashes; the timestamp is TSC counts, or seconds.micros)
-LINE = re.compile(r"\[(\d+)\]\s+\S+\s+(\d+(?:\.\d+)?): (sched_switch|sched_wakeup): (.*)$")
+# (a Xen trace's lines, made by the host's agent from xentrace's records, read the same way:
+# "d5v0 [002] xen 8620163127352: runstate: vcpu=0 running->runnable")
+LINE = re.compile(r"\[(\d+)\]\s+\S+\s+(\d+(?:\.\d+)?): (sched_switch|sched_wakeup|runstate): (.*)$")
 SWITCH = re.compile(
     r"prev_comm=(.*) prev_pid=(\d+) prev_prio=-?\d+ prev_state=(\S+) ==> "
     r"next_comm=(.*) next_pid=(\d+) next_prio=-?\d+"
 )
 WAKEUP = re.compile(r"comm=(.*) pid=(\d+) prio=-?\d+")
+RUNSTATE = re.compile(r"vcpu=(\d+) (\w+)->(\w+)")
+# a Xen vCPU's runstates as a thread's states (offline: it cannot run, as if blocked)
+XEN_STATES = {"running": "running", "runnable": "runnable", "blocked": "blocked",
+              "offline": "blocked"}  # fmt: skip
+SYNC = "sync exchange through the trace (NTP-style)"
 STATES = ("running", "runnable", "blocked")
 
 
@@ -45,23 +52,85 @@ def parse(text: str) -> pd.DataFrame:
             row.update(prev_pid=int(m[2]), prev_state=m[3], next_pid=int(m[5]))
         elif event == "sched_wakeup" and (m := WAKEUP.match(payload)):
             row.update(pid=int(m[2]))
+        elif event == "runstate" and (m := RUNSTATE.match(payload)):
+            row.update(pid=int(m[1]), new_state=XEN_STATES.get(m[3], "blocked"))
         else:
             continue
         rows.append(row)
-    columns = ["ts", "cpu", "event", "prev_pid", "prev_state", "next_pid", "pid"]
+    columns = ["ts", "cpu", "event", "prev_pid", "prev_state", "next_pid", "pid", "new_state"]
     return pd.DataFrame(rows, columns=columns)
 
 
-def clock_to_ns(clock: str, tsc: dict):
-    """A function from printed trace timestamps to the run's ns: x86-tsc counts convert with
-    the run's TSC calibration (as the records' stamps do); mono_raw is already that timeline
-    (seconds, microsecond resolution)."""
-    if clock == "x86-tsc":
-        base_ticks, base_ns, hz = tsc["base_ticks"], tsc["base_ns"], tsc["hz"]
+def clock_to_ns(clock: str, tsc: dict, alignment: dict | None = None):
+    """A function from printed trace timestamps to the run's ns. A trace made on the machine
+    that stamps the records (no `alignment`): x86-tsc counts convert with the run's TSC
+    calibration, as the records' stamps do; mono_raw is already that timeline (seconds,
+    microsecond resolution). A trace made elsewhere (a testbed's host) first goes through its
+    `alignment` (run ticks = scale × trace timestamp + offset); ValueError if that is unknown."""
+    base_ticks, base_ns, hz = tsc.get("base_ticks"), tsc.get("base_ns"), tsc.get("hz")
+    if alignment is not None:
+        if not alignment.get("known"):
+            raise ValueError(f"the trace's clock is not aligned: {alignment.get('reason')}")
+        scale, offset = alignment["scale"], alignment["offset_ticks"]
+        return lambda ts: (
+            base_ns + (np.asarray(ts, np.float64) * scale + offset - base_ticks) * 1e9 / hz
+        )
+    if clock in ("x86-tsc", "tsc"):
         return lambda ts: base_ns + (np.asarray(ts, np.float64) - base_ticks) * 1e9 / hz
     if clock == "mono_raw":
         return lambda ts: np.asarray(ts, np.float64) * 1e9
     raise ValueError(f"trace clock {clock!r} cannot be put on the run's clock")
+
+
+def alignment_from_syncs(syncs: list[dict], hz: float, window: int = 8) -> dict:
+    """The trace's clock against the run's, from syncs in the order sent: each has the run's
+    TSC just before it was sent and just after its answer came (`sent_ticks`,
+    `answered_ticks`) and the trace's stamp of its marker (`trace_ts`), which lies in between.
+    The tightest sync of the first `window` and of the last give two points (their brackets'
+    midpoints); the line through them maps trace stamps to run ticks, within the larger
+    half-bracket (`bound_ns`)."""
+    usable = [s for s in syncs if s.get("trace_ts") is not None]
+    if not usable:
+        return {"method": SYNC, "known": False, "reason": "no sync came back through the trace"}
+
+    def width(s: dict) -> int:
+        return s["answered_ticks"] - s["sent_ticks"]
+
+    first, last = min(usable[:window], key=width), min(usable[-window:], key=width)
+    t0, t1 = float(first["trace_ts"]), float(last["trace_ts"])
+    m0 = (first["sent_ticks"] + first["answered_ticks"]) / 2
+    m1 = (last["sent_ticks"] + last["answered_ticks"]) / 2
+    scale = (m1 - m0) / (t1 - t0) if t1 > t0 else 1.0
+    return {
+        "method": SYNC,
+        "known": True,
+        "scale": scale,
+        "offset_ticks": m0 - scale * t0,
+        "bound_ns": max(width(first), width(last)) / 2 * 1e9 / hz,
+        "syncs": len(usable),
+    }
+
+
+def alignment_from_guest_clock(start: dict, end: dict) -> dict:
+    """The trace's clock (the host's TSC) against the run's (the messaging VM's TSC) from what
+    the host said of that guest at the trace's start and end: KVM's offset and scaling ratio
+    (guest = host × ratio / 2^frac_bits + offset), or a Xen PV guest reading the host's TSC."""
+    method = start.get("kind", "guest clock")
+    if start.get("error") or end.get("error"):
+        return {"method": method, "known": False, "reason": start.get("error") or end["error"]}
+    if method.startswith("xen"):
+        if not start.get("host_tsc"):
+            reason = f"a {start.get('type')} guest with tsc_mode {start.get('tsc_mode')}"
+            return {"method": method, "known": False, "reason": reason}
+        return {"method": method, "known": True, "scale": 1.0, "offset_ticks": 0, "bound_ns": 0}
+    if start.get("vcpus") != end.get("vcpus"):
+        reason = "the guest's TSC offset or scaling changed during the trace"
+        return {"method": method, "known": False, "reason": reason}
+    vcpu = start["vcpus"][min(start["vcpus"])]
+    frac = vcpu.get("tsc-scaling-ratio-frac-bits", 0)
+    scale = vcpu.get("tsc-scaling-ratio", 1 << frac) / (1 << frac)
+    offset = vcpu["tsc-offset"]
+    return {"method": method, "known": True, "scale": scale, "offset_ticks": offset, "bound_ns": 0}
 
 
 def transitions(events: pd.DataFrame, tids: set[int]) -> pd.DataFrame:
@@ -74,6 +143,9 @@ def transitions(events: pd.DataFrame, tids: set[int]) -> pd.DataFrame:
                 rows.append((e.ts, int(e.prev_pid), state))
             if e.next_pid in tids:
                 rows.append((e.ts, int(e.next_pid), "running"))
+        elif e.event == "runstate":
+            if e.pid in tids:
+                rows.append((e.ts, int(e.pid), e.new_state))
         elif e.pid in tids:
             rows.append((e.ts, int(e.pid), "wakeup"))
     return pd.DataFrame(rows, columns=["ts", "tid", "state"])
@@ -146,7 +218,7 @@ def run_explanation(directory, meta: dict, deadline_ms: float | None) -> dict | 
     if not trace or not path.exists():
         return None
     try:
-        to_ns = clock_to_ns(trace.get("clock", ""), tsc)
+        to_ns = clock_to_ns(trace.get("clock", ""), tsc, trace.get("alignment"))
     except (ValueError, KeyError):
         return None
     threads = {int(tid): comm for tid, comm in (trace.get("threads") or {}).items()}
@@ -171,6 +243,8 @@ def explanation_row(meta: dict, trace: dict, threshold_ns: float, records: pd.Da
         "run_id": meta.get("run_id"),
         "threads": len(trace.get("threads") or {}),
         "clock": trace.get("clock"),
+        "aligned by": (trace.get("alignment") or {}).get("method", "the run's own clock"),
+        "alignment bound (ms)": (trace.get("alignment") or {}).get("bound_ns", 0) / 1e6,
         "events": trace.get("lines"),
         "dropped": trace.get("dropped"),
         "tail from (ms)": threshold_ns / 1e6,

@@ -76,7 +76,8 @@ FIELDS = (
     Field("force_tsc", bool, False, "--force-tsc",
           "accept a TSC without constant_tsc/nonstop_tsc (recorded)", "force_tsc"),
     Field("trace", bool, False, "--trace",
-          "bare: trace when the job's threads run, wait or sleep while sending (docs/tracing.md)",
+          "trace when the job's threads (bare) or the real-time VM's vCPUs (testbed) run, wait "
+          "or sleep while sending (docs/tracing.md)",
           "trace"),
     Field("baseline", bool, False, "--baseline",
           "bare: the noise floor first, cyclictest under the same setting (docs/tracing.md)",

@@ -28,6 +28,7 @@ from hvbench_load.broker import KafkaBroker
 
 import tsc_timer
 from hvbench_harness import readiness
+from hvbench_harness.hosttrace import HostTrace
 from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, tail
 from hvbench_harness.testbed import HostScheduler, Machine, Testbed, TestbedError, resolve
 
@@ -241,6 +242,8 @@ class TestbedTarget:
         self.broker: subprocess.Popen | None = None
         self.broker_lines = None
         self.broker_faults: list[dict] = []
+        self.trace: HostTrace | None = None
+        self.hz = 0.0  # the messaging VM's TSC (calibrate)
         log(
             f"testbed: host {self.testbed.host.ssh[-1]}, messaging VM, real-time VM "
             f"({self.testbed.realtime_domain})"
@@ -289,6 +292,7 @@ class TestbedTarget:
             *(["--force"] if self.args.force_tsc else []),
         )
         calibration = tsc_timer.Calibration(**json.loads(self.messaging.run(calibrate).stdout))
+        self.hz = calibration.hz
         held = {
             "held": False,
             "reason": "a testbed's C-states are set by make provision (host_tuning)",
@@ -352,8 +356,22 @@ class TestbedTarget:
     def faults(self) -> list[dict]:
         return list(self.broker_faults)
 
-    def trace_result(self) -> None:
-        return None  # TRACE=1 is refused for testbeds before the run (validate_request)
+    def start_trace(self, parts: Parts) -> None:
+        """TRACE=1: the real-time VM's vCPUs as the host's scheduler ran them, from now until
+        stop_trace (or the teardown), traced by the host's agent (hosttrace)."""
+        self.trace = HostTrace(self.testbed, Path(self.work).name, self.hz)
+        started = self.trace.start()
+        parts.on_teardown(self.trace.stop)
+        log(f"tracing the vCPUs of {self.testbed.realtime_domain} ({started['clock']} clock)")
+
+    def stop_trace(self) -> None:
+        summary = self.trace.stop()[1]
+        aligned = summary["alignment"]
+        how = f"aligned by {aligned['method']}" if aligned["known"] else "not aligned"
+        log(f"trace stopped: {summary['lines']} events, {summary['dropped']} dropped, {how}")
+
+    def trace_result(self) -> tuple[str, dict] | None:
+        return None if self.trace is None else self.trace.result
 
     def steal(self, figures: dict) -> dict:
         return figures  # one figure per machine

@@ -142,6 +142,7 @@ class Testbed:
     host_facts: dict = field(default_factory=dict)
     target: str = "kvm"  # the hypervisor: kvm or xen
     realtime_pool: str = ""  # xen: the real-time VM's cpupool
+    messaging_domain: str = ""  # the messaging VM's name on the host (libvirt or xl)
 
     @classmethod
     def from_json(cls, doc: dict) -> Testbed:
@@ -167,6 +168,7 @@ class Testbed:
             host_facts=doc.get("host_facts", {}),
             target=doc.get("target", "kvm"),
             realtime_pool=doc.get("realtime_pool", ""),
+            messaging_domain=doc.get("messaging_domain", ""),
         )
 
 

@@ -8,6 +8,7 @@
     hvbench-agent xen pool-destroy --pool POOL
     hvbench-agent facts host versions readiness [--model DIR]
     hvbench-agent tether -- COMMAND [ARG ...]
+    hvbench-agent trace --backend kvm|xen --domain NAME --out FILE [--clock-of DOMAIN]
 
 Output is JSON on standard output. A refused setting or action exits 2 with the reason on
 standard error; nothing was left changed.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import facts, tether
 from .sched import PARAM_NAMES, Refused, guest_scheduler, validate
@@ -50,6 +52,11 @@ def parser() -> argparse.ArgumentParser:
     found.add_argument("sections", nargs="+", choices=sorted(facts.SECTIONS))
     found.add_argument("--model", help="also the checksum of this model directory")
     sub.add_parser("tether", help="run a command until standard input closes")
+    trace = sub.add_parser("trace", help="trace a VM's vCPUs until standard input closes")
+    trace.add_argument("--backend", required=True, choices=("kvm", "xen"))
+    trace.add_argument("--domain", required=True)
+    trace.add_argument("--out", required=True, help="where the trace's text goes")
+    trace.add_argument("--clock-of", help="also how this guest's TSC relates to the host's")
     return p
 
 
@@ -117,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
             out = sched_command(args)
         elif args.command == "xen":
             out = xen_command(args)
+        elif args.command == "trace":
+            from . import vmtrace
+
+            return vmtrace.run(args.backend, args.domain, Path(args.out), args.clock_of)
         else:
             out = facts.collect(args.sections, args.model)
     except Refused as e:

@@ -28,6 +28,9 @@ from .sched.linux import write_file
 
 TRACEFS = Path("/sys/kernel/tracing")
 EVENTS = ("sched/sched_switch", "sched/sched_wakeup")
+# a KVM vCPU thread entering and leaving its guest: many thousands a second under load, so they
+# go to an instance of their own, whose filling up never costs a scheduler event
+KVM_EVENTS = ("kvm/kvm_entry", "kvm/kvm_exit")
 CLOCKS = ("x86-tsc", "mono_raw")  # the first the kernel offers is used
 BUFFER_KB = 8192  # per CPU; a thread switching 2,000 times a second fills 1 MB in ~8 s
 
@@ -51,21 +54,27 @@ def pick_clock(offered: str) -> str:
     raise Refused(f"the kernel's trace clocks ({' '.join(names)}) include none of {CLOCKS}")
 
 
-def filters(tids: list[int]) -> dict[str, str]:
-    """In-kernel filters: only the switches and wake-ups of these threads."""
+def filters(tids: list[int], events: tuple[str, ...] = EVENTS) -> dict[str, str]:
+    """In-kernel filters: only the switches and wake-ups of these threads (and the KVM
+    events they raise)."""
     switch = " || ".join(f"prev_pid == {t} || next_pid == {t}" for t in tids)
-    wakeup = " || ".join(f"pid == {t}" for t in tids)
-    return {"sched/sched_switch": switch, "sched/sched_wakeup": wakeup}
+    own = " || ".join(f"common_pid == {t}" for t in tids)
+    chosen = {
+        "sched/sched_switch": switch,
+        "sched/sched_wakeup": " || ".join(f"pid == {t}" for t in tids),
+    }
+    return {event: chosen.get(event, own) for event in events}
 
 
 class SchedTrace:
     """Start on enter, stop on exit (also on an error); the result is kept in `result`."""
 
     def __init__(self, name: str, tids: dict[int, str], buffer_kb: int = BUFFER_KB,
-                 root: Path = TRACEFS) -> None:  # fmt: skip
+                 root: Path = TRACEFS, events: tuple[str, ...] = EVENTS) -> None:  # fmt: skip
         if not tids:
             raise Refused("no threads to trace")
         self.name, self.tids, self.buffer_kb = name, dict(tids), buffer_kb
+        self.events = events
         self.root = root
         self.instance: Path | None = None
         self.clock = ""
@@ -91,13 +100,18 @@ class SchedTrace:
             write_file(instance / "trace_clock", self.clock)
             write_file(instance / "buffer_size_kb", str(self.buffer_kb))
             write_file(instance / "options" / "overwrite", "0")  # full: drop new, count them
-            for event, text in filters(sorted(self.tids)).items():
+            for event, text in filters(sorted(self.tids), self.events).items():
                 write_file(instance / "events" / event / "filter", text)
                 write_file(instance / "events" / event / "enable", "1")
             write_file(instance / "tracing_on", "1")
         except OSError as e:
             self.remove()
             raise Refused(f"cannot start the trace in {instance}: {e}") from e
+
+    def mark(self, text: str) -> None:
+        """A line of our own in the trace, stamped on the trace's clock (trace_marker)."""
+        if self.instance is not None:
+            write_file(self.instance / "trace_marker", text)
 
     def stop(self) -> tuple[str, dict] | None:
         """Stop recording, keep the events and their counts, remove the instance."""
@@ -118,7 +132,7 @@ class SchedTrace:
             "tool": "ftrace events via tracefs (kernel tracer; an instance of its own)",
             "instance": self.name,
             "clock": self.clock,
-            "events": [e.split("/")[1] for e in EVENTS],
+            "events": [e.split("/")[1] for e in self.events],
             "threads": {str(tid): comm for tid, comm in sorted(self.tids.items())},
             "buffer_kb_per_cpu": self.buffer_kb,
             "lines": sum(1 for line in text.splitlines() if line and not line.startswith("#")),
@@ -130,7 +144,7 @@ class SchedTrace:
         instance, self.instance = self.instance, None
         if instance is None or not instance.exists():
             return
-        for event in EVENTS:
+        for event in self.events:
             with contextlib.suppress(OSError):
                 write_file(instance / "events" / event / "enable", "0")
         with contextlib.suppress(OSError):  # busy: a reader still holds it; the next start says so
