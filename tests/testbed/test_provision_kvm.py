@@ -420,7 +420,8 @@ def assert_the_vcpus_trace_is_aligned_and_read(run: Path, meta: dict) -> None:
     """TRACE=1 on KVM: the nested real-time VM's vCPU thread traced on the host VM, put on the
     run's clock by syncs through the trace (this machine plays the messaging VM, so it shares
     the harness's clock; the nested messaging guest's own TSC offset is read too, and not
-    used: it is not the machine that stamped), and read by the report. Nothing is timed."""
+    used: it is not the machine that stamped), and read by the report. Nothing is timed; the
+    trace adds seconds to the run."""
     trace = meta["trace"]
     assert trace["clock"] == "x86-tsc" and list(trace["threads"].values()) == ["CPU 0/KVM"]
     assert "hvbench-realtime" in trace["where"] and trace["dropped"] == 0

@@ -336,7 +336,7 @@ def test_a_trace_of_the_real_time_domains_vcpus_is_captured_aligned_and_read(hos
     turns the domain's runstate records into lines, and says how the messaging VM's clock
     relates to the trace's (a PV guest reads the host's TSC). No workload runs in this test's
     guests, so the report's reader is given a synthetic run placed inside the trace's window;
-    the trace itself is the real one. Nothing is timed."""
+    the trace itself is the real one. Nothing is timed; it adds about a minute."""
     spin = "for i in 1 2; do nohup timeout 60 sh -c 'while :; do :; done' >/dev/null 2>&1 & done"
     on_guest(host, GUEST, spin, patience=300)
     out = "/var/lib/hvbench/trace-test.txt"
