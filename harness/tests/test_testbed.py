@@ -207,7 +207,6 @@ def test_a_served_broker_reports_its_restart_and_says_when_it_is_gone_for_good(t
         (["--sched", "fifo"], "SCHED=fifo needs PRIORITY"),
         (["--sched", "cfs", "--budget", "50000", "--priority", "5"], "SCHED=cfs has no PRIORITY=5"),
         (["--sched", "none", "--cpu-latency", "0"], "CPU_LATENCY is for the bare target"),
-        (["--sched", "none", "--baseline"], "BASELINE=1 is for the bare target"),
         (["--sched", "none"], "TARGET=kvm needs the testbed"),
     ],
 )

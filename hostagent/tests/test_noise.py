@@ -1,6 +1,8 @@
 """The noise floor for real: cyclictest (rt-tests) here, its thread given a setting while it
 runs, the wake-ups from before the setting left out."""
 
+import json
+
 import pytest
 from hvbench_agent import noise
 from hvbench_agent.sched import Setting
@@ -32,3 +34,25 @@ def test_cyclictest_runs_under_the_setting(tmp_path, setting, applied):
     assert policies == ({"SCHED_DEADLINE"} if setting.sched == "deadline" else {"SCHED_OTHER"})
     assert summary["skipped"] >= noise.MARGIN_WAKEUPS and len(kept) > 0
     assert summary["wakeups"] == summary["skipped"] + len(kept) and min(kept) >= 0
+
+
+def test_percentiles_are_nearest_rank_as_the_report_takes_them():
+    values = list(range(1000, 0, -1))  # 1 … 1000, unsorted
+    assert noise.percentiles(values, [50, 99, 99.9, 100]) == [500, 990, 999, 1000]
+    assert noise.percentiles([7], [0, 50, 100]) == [7, 7, 7]
+
+
+def test_the_agents_noise_verb_writes_every_kept_wake_up_and_the_summary(tmp_path, capsys):
+    """`hvbench-agent noise`, as a testbed run calls it inside the real-time VM: no setting of
+    its own (the host put the run's on the VM's vCPUs), the CSV and the percentiles."""
+    from hvbench_agent import cli
+
+    csv = tmp_path / "baseline.csv"
+    assert cli.main(["noise", "--seconds", "2", "--csv", str(csv)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    kept = [int(v) for v in csv.read_text().split()[1:]]
+    assert csv.read_text().startswith("latency_us\n") and len(kept) == summary["count"] > 0
+    assert summary["setting"]["applied"] == "none" and "--laptop" in summary["command"]
+    assert summary["max_us"] == max(kept) and summary["wakeups"] == summary["skipped"] + len(kept)
+    p50, p99 = noise.percentiles(kept, [50, 99])
+    assert (summary["p50_us"], summary["p99_us"]) == (p50, p99)

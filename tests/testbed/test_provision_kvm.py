@@ -20,6 +20,7 @@ import pytest
 import yaml
 from hostvm import ControllerSSH, HostVM, agent_wheel, build_image, run_playbook
 from hvbench_analysis import sched_trace
+from hvbench_analysis.results import BASELINE
 from hvbench_harness import hosttrace
 
 pytestmark = pytest.mark.testbed
@@ -361,12 +362,13 @@ def make_run(host, results: Path, run_id: str, **settings: int) -> list[str]:
 def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_path):
     """make run TARGET=kvm for real: the harness here, Kafka, producers, consumer and the job
     started over SSH on the machine that plays both guests (see with_workload), the cfs setting
-    on the nested real-time VM's vCPU on the host VM, through its agent."""
+    on the nested real-time VM's vCPU on the host VM, through its agent; TRACE=1 and
+    BASELINE=1 (a 3 s noise floor) on top."""
     results = tmp_path / "results"
     # one run id per session: a failed run leaves its work/<run-id> (logs) in the checkout
     run_id = f"kvm-cfs-{tmp_path.parent.name}"
     proc = subprocess.run(
-        make_run(host, results, run_id, TRACE=1),
+        make_run(host, results, run_id, TRACE=1, BASELINE=1, BASELINE_S=3),
         cwd=REPO,
         env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
         stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin
@@ -414,6 +416,18 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     assert list(run_dir.iterdir()) == []
     assert (results / run_id / "logs/job.out").exists()
     assert_the_vcpus_trace_is_aligned_and_read(results / run_id, meta)
+    assert_the_noise_floor_ran_in_the_real_time_machine(results / run_id, meta)
+
+
+def assert_the_noise_floor_ran_in_the_real_time_machine(run: Path, meta: dict) -> None:
+    """BASELINE=1 on a testbed: cyclictest ran where the job runs (hvbench-agent noise over
+    SSH), with no setting of its own (the run's is on the vCPUs), and its wake-ups came back
+    with the run's files. Nothing is timed."""
+    baseline = meta["baseline"]
+    assert "error" not in baseline, baseline
+    assert baseline["setting"]["applied"] == "none" and "realtime" in baseline["where"]
+    kept = pd.read_csv(run / BASELINE)["latency_us"]
+    assert len(kept) == baseline["count"] > 0 and kept.max() == baseline["max_us"]
 
 
 def assert_the_vcpus_trace_is_aligned_and_read(run: Path, meta: dict) -> None:

@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hvbench_agent import facts as agent_facts
-from hvbench_agent import tuning
-from hvbench_agent.noise import TimerProbe
-from hvbench_agent.sched import Refused, Setting
+from hvbench_agent import noise, tuning
+from hvbench_agent.sched import Setting
 from hvbench_agent.sched.linux import LinuxScheduler, threads_of
 from hvbench_agent.trace import SchedTrace
 from hvbench_analysis.results import BASELINE
-from hvbench_analysis.stats import percentile
 from hvbench_load.broker import KafkaBroker
 
 import tsc_timer
@@ -155,27 +153,15 @@ class BareTarget:
 
     def noise_floor(self, setting: Setting, seconds: float) -> dict:
         """BASELINE=1: cyclictest here for `seconds`, its thread under the run's setting, with
-        the pipeline up and idle. Every kept wake-up's latency goes to baseline.csv (µs); the
-        summary to meta.json. A setting the probe cannot take is recorded, not fatal."""
-        work = Path(self.paths.work)
+        the pipeline up and idle (hvbench_agent.noise): every kept wake-up's latency to
+        baseline.csv (µs), the summary to meta.json. A setting the probe cannot take is
+        recorded, not fatal."""
         held = self.cpu_latency.describe()
         pm_qos = held.get("readback_us") if self.cpu_latency.fd is not None else None
-        probe = TimerProbe(seconds, work / "cyclictest.out", pm_qos)
         log(f"noise floor: cyclictest for {seconds:g} s under SCHED={setting.sched}")
-        probe.start()
-        try:
-            probe.under(setting, Path(self.paths.work).name)
-        except Refused as e:
-            probe.proc.kill()
-            probe.finish()
-            return {"error": f"the noise floor could not take the setting: {e}"}
-        kept, summary = probe.finish()
-        (work / BASELINE).write_text("latency_us\n" + "".join(f"{v}\n" for v in kept))
-        if kept:
-            p50, p99, p999 = percentile(kept, [50, 99, 99.9])
-            summary |= {"count": len(kept), "p50_us": int(p50), "p99_us": int(p99),
-                        "p99.9_us": int(p999), "max_us": max(kept)}  # fmt: skip
-        log(f"noise floor: {len(kept)} wake-ups, max {summary.get('max_us')} µs")
+        work = Path(self.paths.work)
+        summary = noise.measure(setting, seconds, work / BASELINE, pm_qos, work.name)
+        log(f"noise floor: {summary.get('count', 0)} wake-ups, max {summary.get('max_us')} µs")
         return summary
 
     def trace_result(self) -> tuple[str, dict] | None:
@@ -372,6 +358,23 @@ class TestbedTarget:
 
     def trace_result(self) -> tuple[str, dict] | None:
         return None if self.trace is None else self.trace.result
+
+    def noise_floor(self, setting: Setting, seconds: float) -> dict:
+        """BASELINE=1: cyclictest inside the real-time VM for `seconds`, with the pipeline up
+        and idle and the run's setting already on the VM's vCPUs (`hvbench-agent noise`).
+        baseline.csv comes back with the run's other files."""
+        machine = self.realtime
+        log(f"noise floor: cyclictest in {machine.name} for {seconds:g} s, SCHED={setting.sched}")
+        csv = f"{self.paths.work}/{BASELINE}"
+        found = machine.run(
+            machine.agent("noise", "--seconds", f"{seconds:g}", "--csv", csv),
+            root=True,
+            timeout=seconds + 120,
+        )
+        summary = json.loads(found.stdout)
+        summary["where"] = f"in {machine.name}; the setting on the host: {self.scheduler.where()}"
+        log(f"noise floor: {summary.get('count', 0)} wake-ups, max {summary.get('max_us')} µs")
+        return summary
 
     def steal(self, figures: dict) -> dict:
         return figures  # one figure per machine

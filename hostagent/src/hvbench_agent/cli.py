@@ -9,6 +9,7 @@
     hvbench-agent facts host versions readiness [--model DIR]
     hvbench-agent tether -- COMMAND [ARG ...]
     hvbench-agent trace --backend kvm|xen --domain NAME --out FILE [--clock-of DOMAIN]
+    hvbench-agent noise --seconds S --csv FILE
 
 Output is JSON on standard output. A refused setting or action exits 2 with the reason on
 standard error; nothing was left changed.
@@ -57,6 +58,9 @@ def parser() -> argparse.ArgumentParser:
     trace.add_argument("--domain", required=True)
     trace.add_argument("--out", required=True, help="where the trace's text goes")
     trace.add_argument("--clock-of", help="also how this guest's TSC relates to the host's")
+    floor = sub.add_parser("noise", help="the noise floor here: cyclictest, no setting of its own")
+    floor.add_argument("--seconds", type=float, required=True)
+    floor.add_argument("--csv", required=True, help="where every kept wake-up (µs) goes")
     return p
 
 
@@ -110,6 +114,15 @@ def xen_command(args: argparse.Namespace) -> dict:
     return {"changed": xen.destroy_pool(pool)}
 
 
+def noise_command(args: argparse.Namespace) -> dict:
+    """cyclictest in a guest whose vCPUs carry the run's setting (the host applied it): the
+    probe's thread takes none of its own, and the guest's idle states stay as they are."""
+    from . import noise
+    from .sched import Setting
+
+    return noise.measure(Setting("none"), args.seconds, Path(args.csv), pm_qos_us=None)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["tether"]:  # everything after it is the command, flags included
@@ -128,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             from . import vmtrace
 
             return vmtrace.run(args.backend, args.domain, Path(args.out), args.clock_of)
+        elif args.command == "noise":
+            out = noise_command(args)
         else:
             out = facts.collect(args.sections, args.model)
     except Refused as e:

@@ -6,12 +6,20 @@ setting, measured by cyclictest (Debian's rt-tests).
     probe.under(setting, "run-1")     # SCHED_DEADLINE on its thread, or a CPU quota of its own
     samples, summary = probe.finish() # every wake-up's latency (µs) after the setting applied
 
+or, in one call that also writes every kept wake-up to a CSV and adds the percentiles:
+
+    summary = measure(setting, seconds=10, csv=Path("baseline.csv"), pm_qos_us=None)
+
 One measuring thread wakes every `interval_us` (1 ms) and records how late it woke. cyclictest
 cannot start a thread under SCHED_DEADLINE itself, so the setting is applied once its thread
 runs; the wake-ups before that, and a margin, are left out and counted (`skipped`). cyclictest
 holds /dev/cpu_dma_latency at 0 µs unless told otherwise: it is given the run's own limit
 (`--latency`), or none (`--laptop`) when the run holds none, so it measures the machine as the
 run has it. docs/tracing.md, "BASELINE=1".
+
+On a testbed the probe runs inside the real-time VM (`hvbench-agent noise`): the run's setting
+is on the VM's vCPUs, applied by the host, so the probe's thread takes none of its own
+(`Setting("none")`) and measures the VM as the setting leaves it.
 """
 
 from __future__ import annotations
@@ -125,3 +133,35 @@ class TimerProbe:
             "skipped": len(rows) - len(kept),
         }
         return kept, summary
+
+
+def percentiles(values: list[int], ps: list[float]) -> list[int]:
+    """Nearest-rank percentiles, the k-th smallest with k = ⌈p/100 · n⌉, as the report takes
+    them (hvbench_analysis.stats), with the standard library only."""
+    ordered = sorted(values)
+    # the small tolerance keeps 99.9 % of 1000 at rank 999 despite float rounding
+    n = len(ordered)
+    return [ordered[min(n, max(1, math.ceil(p / 100 * n - 1e-9))) - 1] for p in ps]
+
+
+def measure(
+    setting: Setting, seconds: float, csv: Path, pm_qos_us: int | None, name: str = "noise"
+) -> dict:
+    """cyclictest for `seconds` under `setting`; every kept wake-up (µs) to `csv` (one column,
+    `latency_us`), and the summary with its percentiles. A setting the probe cannot take is
+    recorded as `error`, not raised: the run goes on without a noise floor."""
+    probe = TimerProbe(seconds, csv.with_name("cyclictest.out"), pm_qos_us)
+    probe.start()
+    try:
+        probe.under(setting, name)
+    except Refused as e:
+        probe.proc.kill()
+        probe.finish()
+        return {"error": f"the noise floor could not take the setting: {e}"}
+    kept, summary = probe.finish()
+    csv.write_text("latency_us\n" + "".join(f"{v}\n" for v in kept))
+    if kept:
+        p50, p99, p999 = percentiles(kept, [50, 99, 99.9])
+        summary |= {"count": len(kept), "p50_us": p50, "p99_us": p99,
+                    "p99.9_us": p999, "max_us": max(kept)}  # fmt: skip
+    return summary
