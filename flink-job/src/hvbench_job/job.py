@@ -36,7 +36,7 @@ from pyflink.datastream.connectors.kafka import (
     KafkaSource,
 )
 
-from hvbench_job import detectors
+from hvbench_job import detectors, jvm
 from hvbench_job.dead_letters import CONFIG as DEAD_LETTER_CONFIG
 from hvbench_job.dead_letters import DeadLetterWriter
 
@@ -140,9 +140,11 @@ class ForecastAndRoute(ProcessFunction):
         dead_letters: tuple[str, str],
         force_tsc: bool,
         calibration: dict | None = None,
+        settings_path: str | None = None,
     ) -> None:
         self.model_dir, self.route, self.force_tsc = model_dir, route, force_tsc
         self.calibration = calibration  # the run's, where the job shares its machine's clock
+        self.settings_path = settings_path  # the JVM's background threads are recorded there
         self.dead_letter_target = dead_letters  # (bootstrap, topic)
         self.pipeline = None
         self.dead_letters = None
@@ -155,6 +157,7 @@ class ForecastAndRoute(ProcessFunction):
             self.model_dir, *self.route, force_tsc=self.force_tsc, calibration=self.calibration
         )
         self.dead_letters = DeadLetterWriter(*self.dead_letter_target)
+        record_background_threads(self.settings_path)
         # Move everything loaded so far (PyFlink, numpy, LiteRT, the model) out of the cyclic
         # collector's reach: its full collections then walk only what records create.
         gc.freeze()
@@ -172,6 +175,16 @@ class ForecastAndRoute(ProcessFunction):
             self.dead_letters.close()
 
 
+def record_background_threads(settings_path: str | None) -> None:
+    """The operator runs inside the job's JVM (thread mode): its background threads yield to
+    the record-handling ones (hvbench_job.jvm), as read back into the job's settings."""
+    applied = jvm.idle_background_threads(os.getpid())
+    if settings_path and Path(settings_path).exists():
+        settings = json.loads(Path(settings_path).read_text())
+        settings["jvm"]["background_threads"] = applied
+        Path(settings_path).write_text(json.dumps(settings, indent=2) + "\n")
+
+
 def build(
     source: DataStream,
     model_dir: str,
@@ -183,13 +196,15 @@ def build(
     ),
     force_tsc: bool = False,
     calibration: dict | None = None,
+    settings_path: str | None = None,
 ) -> DataStream:
     """The job's logic on any stream of raw records: the outputs. Dead letters go to
     `dead_letters` (bootstrap, topic) from the operator; route is (origin, destination,
-    heuristic); with `calibration` (tsc_timer's) the job stamps on that clock."""
+    heuristic); with `calibration` (tsc_timer's) the job stamps on that clock; the JVM's
+    background threads are recorded in the settings at `settings_path`."""
     return (
         source.process(
-            ForecastAndRoute(model_dir, route, dead_letters, force_tsc, calibration),
+            ForecastAndRoute(model_dir, route, dead_letters, force_tsc, calibration, settings_path),
             output_type=Types.STRING(),
         )
         .name("forecast-route")
@@ -277,6 +292,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     calibration = json.loads(Path(args.calibration).read_text()) if args.calibration else None
+    # the JVM PyFlink starts for the job takes these (read when the gateway starts, below)
+    os.environ["JVM_ARGS"] = " ".join([os.environ.get("JVM_ARGS", ""), *jvm.JOB_OPTIONS]).strip()
     settings = job_settings(args.checkpoint_interval_ms)
     jar = connector_jar(Path(args.connector_dir))
     env = environment(settings, [jar])
@@ -292,6 +309,7 @@ def main(argv: list[str] | None = None) -> None:
         (args.origin, args.destination, args.heuristic),
         args.force_tsc,
         calibration,
+        args.settings_out,
     )
     outputs.sink_to(kafka_sink(args.bootstrap, args.output)).name("kafka-output")
     if args.settings_out:
@@ -308,6 +326,8 @@ def main(argv: list[str] | None = None) -> None:
             "force_tsc": args.force_tsc,
             "stamps": "the run's calibration" if calibration else "the job's own calibration",
             "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL")},
+            # background_threads: filled in by the operator once it runs in the JVM
+            "jvm": {"args": os.environ["JVM_ARGS"], "background_threads": None},
         }
         Path(args.settings_out).write_text(json.dumps(applied, indent=2) + "\n")
     env.execute("hvbench")
