@@ -20,8 +20,8 @@ def sleeping_jvm(tmp_path):
     proc = subprocess.Popen(["java", *jvm.JOB_OPTIONS, "-Xmx1g", str(source)])
     try:
         deadline = time.monotonic() + 60
-        # the source launcher compiles Sleeper first; the JIT's and ZGC's threads are up then
-        while not any(name == "ZDriver" for name in jvm.threads(proc.pid).values()):
+        # the source launcher compiles Sleeper first; the JIT's and G1's threads are up then
+        while not any(name == "G1 Service" for name in jvm.threads(proc.pid).values()):
             assert proc.poll() is None and time.monotonic() < deadline, "the JVM did not start"
             time.sleep(0.1)
         yield proc.pid
@@ -33,12 +33,12 @@ def sleeping_jvm(tmp_path):
 def test_background_threads_run_idle_and_the_rest_keep_their_policy(sleeping_jvm):
     applied = jvm.idle_background_threads(sleeping_jvm)
     assert applied["policy"] == "SCHED_IDLE" and applied["not_idle"] == []
-    assert {"C1 CompilerThre", "ZWorker", "ZDirector"} <= set(applied["threads"])
+    assert {"C1 CompilerThre", "G1 Conc", "G1 Refine", "G1 Service"} <= set(applied["threads"])
     assert "C2 CompilerThre" not in applied["threads"]  # C1 only
     for tid, name in jvm.threads(sleeping_jvm).items():
         policy = os.sched_getscheduler(tid)
         if jvm.BACKGROUND.match(name):
             assert policy == os.SCHED_IDLE, name
-        else:  # the main thread, ZGC's driver (it starts the collector's pauses), ...
+        else:  # the main thread, the GC workers (they run while the JVM is stopped), ...
             assert policy == os.SCHED_OTHER, name
-    assert "ZDriver" in jvm.threads(sleeping_jvm).values()
+    assert any(name.startswith("GC Thread#") for name in jvm.threads(sleeping_jvm).values())

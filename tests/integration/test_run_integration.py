@@ -118,13 +118,13 @@ def test_meta_records_what_ran(plain_run):
     assert flink["execution.buffer-timeout.interval"] == "0 ms"
     assert meta["job"]["sink_delivery_guarantee"] == "AT_LEAST_ONCE"
     assert meta["job"]["env"]["OPENBLAS_NUM_THREADS"] == "1"
-    # both JVMs' compilers and ZGC's concurrent threads yield to every other thread, read back
+    # both JVMs' compilers and G1's concurrent threads yield to every other thread, read back
     for background in (
         meta["kafka"]["background_threads"],
         meta["job"]["jvm"]["background_threads"],
     ):
         assert background["policy"] == "SCHED_IDLE" and background["not_idle"] == []
-        assert {"C1 CompilerThre", "ZWorker"} <= set(background["threads"])
+        assert {"C1 CompilerThre", "G1 Conc"} <= set(background["threads"])
     assert len(meta["model"]) == 64
     assert meta["host"]["kernel"]["release"] and meta["versions"]["apache-flink"] == "2.3.0"
     assert (results / "logs" / "broker.log").exists()

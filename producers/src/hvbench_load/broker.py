@@ -30,7 +30,7 @@ from hvbench_job import jvm
 
 KAFKA_VERSION = "4.3.1"
 # A fixed heap of 1 GB (about 170 MB of it live) and the workload's JVM options
-# (hvbench_job.jvm: C1 only, ZGC, the heap touched at start-up); its background threads yield
+# (hvbench_job.jvm: C1 only, G1, the heap touched at start-up); its background threads yield
 # to every other thread once it serves.
 DEFAULT_JVM_OPTS = ("-Xms1g", "-Xmx1g", "-Djava.awt.headless=true", *jvm.OPTIONS)
 

@@ -1,0 +1,131 @@
+"""`make report`: runs in results/ → one self-contained HTML page, with the figures (PNG, SVG),
+tables (Markdown, CSV) and HdrHistogram logs beside it.
+
+    python -m hvbench_analysis.report --results results --out report \\
+        [--runs 'run-a,rtds-*'] [--ref sched=credit] [--deadline-ms 50] [--xlim-ms 100] \\
+        [--include-failed]
+
+For each run the page says the scheduler settings read back, the clock and the counts, and
+its quality flags (unaccounted records, forced readiness checks, faults …), also beside each
+configuration's percentiles. Runs that cannot be read are listed with the reason and left out
+of every figure and table; so are runs that failed or were interrupted, unless
+--include-failed (then they are in, flagged). A campaign's folder (results/<campaign>, holding
+campaign.json) also gets a section on the campaign: its runs by status, the runs that are not
+done and why, and the sustainable rates of a rate search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from hvbench_analysis.load import Runs, load_runs, run_dirs
+from hvbench_analysis.report.campaigns import campaign_section
+from hvbench_analysis.report.explain import (
+    bound_section,
+    explain_section,
+    noise_section,
+    stage_section,
+)
+from hvbench_analysis.report.latency import (
+    density_section,
+    ecdf_section,
+    intended_section,
+    max_section,
+    percentile_section,
+    repetition_sections,
+)
+from hvbench_analysis.report.overview import intro_section, left_out_section, runs_section
+from hvbench_analysis.report.page import OutDirs, Page
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="hvbench report", description=__doc__.split("\n")[0])
+    p.add_argument("--results", default="results", help="the folder holding run directories")
+    p.add_argument("--runs", default="", help="comma-separated run names or globs (default all)")
+    p.add_argument("--out", default="report")
+    p.add_argument("--ref", default="", help="reference configuration, e.g. sched=credit")
+    p.add_argument("--deadline-ms", type=float, help="report the %% of records over it")
+    p.add_argument("--xlim-ms", type=float, help="x-axis limit of the ECDFs")
+    p.add_argument("--hdr-interval-s", type=float, default=10.0)
+    p.add_argument("--seed", type=int, default=0, help="of the bootstrap")
+    p.add_argument(
+        "--include-failed",
+        action="store_true",
+        help="include runs that failed or were interrupted in the statistics (flagged)",
+    )
+    return p.parse_args(argv)
+
+
+def build(args: argparse.Namespace) -> tuple[Runs, Path]:
+    """The report of the runs args picks: index.html and its figures, tables and logs."""
+    started = time.perf_counter()
+    results, out = Path(args.results), Path(args.out)
+    names = [n.strip() for n in args.runs.split(",") if n.strip()]
+    runs = read_runs(results, names, args.include_failed)
+    dirs = OutDirs(out / "figures", out / "tables", out / "hdr")
+    measured = runs.measured
+    page = Page("hvbench latency report")
+    intro_section(page, runs, results)
+    left_out_section(page, runs, dirs.tables)
+    campaign_section(page, results, dirs.tables, runs, picked=bool(names))
+    percentile_section(page, measured, flags_by_run(runs), args, dirs)
+    max_section(page, measured, args, dirs)
+    bound_section(page, runs, dirs)
+    intended_section(page, measured, dirs)
+    stage_section(page, measured, args, dirs)
+    explain_section(page, runs, args, dirs)
+    noise_section(page, runs, dirs)
+    repetition_sections(page, measured, args, dirs)
+    ecdf_section(page, measured, args, dirs)
+    density_section(page, measured, dirs)
+    runs_section(page, runs, args, dirs)
+    page.p(
+        f"HdrHistogram interval logs per run: hdr/<run>.hlog. Built in "
+        f"{time.perf_counter() - started:.1f} s.",
+        "note",
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "index.html").write_text(page.render())
+    return runs, out
+
+
+def read_runs(results: Path, names: list[str], include_failed: bool = False) -> Runs:
+    """The runs to report (warm-up records kept, marked); SystemExit when there are none."""
+    if not results.is_dir():
+        raise SystemExit(f"report: no results folder {results}")
+    runs = load_runs(run_dirs(results, names), include_warmup=True, include_failed=include_failed)
+    if runs.runs.empty and runs.left_out:
+        states = "; ".join(f"{r.run_id}: {r.state}" for r in runs.left_out)
+        raise SystemExit(
+            f"report: no completed runs in {results} ({states}); --include-failed "
+            "(make report INCLUDE_FAILED=1) reports them"
+        )
+    if runs.runs.empty:
+        reasons = "; ".join(f"{n}: {r}" for n, r in runs.skipped) or "no run directories"
+        raise SystemExit(f"report: no readable runs in {results} ({reasons})")
+    return runs
+
+
+def flags_by_run(runs: Runs) -> dict[str, str]:
+    """Each run's quality flags (comma-separated), by run id."""
+    return dict(zip(runs.runs["run_id"], runs.runs["flags"], strict=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        runs, out = build(args)
+    except ValueError as e:  # e.g. a reference that matches no run
+        print(f"report: {e}", file=sys.stderr)
+        return 1
+    for name, reason in runs.skipped:
+        print(f"report: skipped {name}: {reason}", file=sys.stderr)
+    for run in runs.left_out:
+        print(f"report: left out {run.run_id} ({run.state}): {run.reason}", file=sys.stderr)
+    for row in runs.runs[runs.runs["problems"] != ""].itertuples():
+        print(f"report: {row.run_id}: {row.problems}", file=sys.stderr)
+    print(f"report: {len(runs.runs)} run(s) → {out / 'index.html'}")
+    return 0

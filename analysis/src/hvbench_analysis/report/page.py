@@ -1,0 +1,122 @@
+"""The report's HTML page, where its files go, and the helpers every section shares."""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from hvbench_analysis import (
+    tables,
+)
+from hvbench_analysis.load import config_label
+
+CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222 }
+h1 { font-size: 1.6em } h2 { border-bottom: 1px solid #ccc; margin-top: 2em }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em } th, td { padding: 2px 8px }
+th { background: #f0f0f0; text-align: left } td { border-top: 1px solid #e4e4e4 }
+td.num { text-align: right; font-variant-numeric: tabular-nums }
+img { max-width: 100%; display: block; margin: 0.5em 0 }
+.flag { color: #b00; font-weight: bold } .note { color: #555 } pre { background: #f7f7f7;
+padding: 0.5em; overflow-x: auto; font-size: 12px }
+"""
+
+
+# Marks on <body> how many figures decoded to a bitmap, for checks by a headless browser.
+LOAD_CHECK = (
+    "<script>addEventListener('load', () => { document.body.dataset.figuresRendered = "
+    "[...document.images].filter(i => i.complete && i.naturalWidth > 0).length })</script>"
+)
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("_") or "run"
+
+
+class Page:
+    """The HTML page, built section by section; figures are embedded as PNG data."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.parts: list[str] = []
+
+    def h(self, level: int, text: str) -> None:
+        self.parts.append(f"<h{level}>{html.escape(text)}</h{level}>")
+
+    def p(self, text: str, cls: str = "") -> None:
+        attr = f' class="{cls}"' if cls else ""
+        self.parts.append(f"<p{attr}>{html.escape(text)}</p>")
+
+    def figure(self, png: bytes, alt: str, name: str) -> None:
+        data = base64.b64encode(png).decode()
+        self.parts.append(
+            f'<figure><img class="figure" alt="{html.escape(alt)}" '
+            f'src="data:image/png;base64,{data}"><figcaption class="note">'
+            f"{html.escape(alt)} (figures/{html.escape(name)}.png, .svg)</figcaption></figure>"
+        )
+
+    def table(self, table: pd.DataFrame, name: str | None = None, digits: int = 2) -> None:
+        if table.empty:
+            self.p("No runs of this kind.", "note")
+            return
+        rows = ["<table><tr>" + "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)]
+        for _, row in table.iterrows():
+            cells = []
+            for value in row:
+                text = tables.cell(value, digits)
+                numeric = isinstance(value, int | float | np.integer | np.floating)
+                cells.append(
+                    f'<td class="num">{text}</td>' if numeric else f"<td>{html.escape(text)}</td>"
+                )
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+        rows.append("</table>")
+        if name:
+            rows.append(f'<p class="note">tables/{html.escape(name)}.md, .tex, .csv</p>')
+        self.parts.append("\n".join(rows))
+
+    def raw(self, markup: str) -> None:
+        self.parts.append(markup)
+
+    def render(self) -> str:
+        body = "\n".join(self.parts)
+        return (
+            f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{html.escape(self.title)}</title><style>{CSS}</style></head>\n"
+            f"<body>\n<h1>{html.escape(self.title)}</h1>\n{body}\n{LOAD_CHECK}\n</body></html>\n"
+        )
+
+
+def curves(groups: list[tuple[dict, pd.DataFrame]]) -> list[tuple[str, np.ndarray]]:
+    return [(config_label(tags), group["latency_ns"].to_numpy()) for tags, group in groups]
+
+
+class OutDirs(NamedTuple):
+    """Where the report writes its figures, tables and HdrHistogram logs."""
+
+    figures: Path
+    tables: Path
+    hdr: Path
+
+
+def table_with_note(page: Page, table: pd.DataFrame, name: str, dirs: OutDirs, note: str) -> None:
+    """A table on the page and in tables/ (Markdown, LaTeX, CSV), with its note below."""
+    page.table(table, name)
+    tables.write(table, dirs.tables, name)
+    page.p(note, "note")
+
+
+def run_curves(groups: list[tuple[dict, pd.DataFrame]]) -> list[tuple[str, list[np.ndarray]]]:
+    """(label, [latencies of each run]) per configuration."""
+    return [
+        (
+            config_label(tags),
+            [run["latency_ns"].to_numpy() for _, run in group.groupby("run_id", observed=True)],
+        )
+        for tags, group in groups
+    ]
