@@ -39,16 +39,31 @@ def test_calibration_is_plausible_and_reported(calibrated):
     assert tsc_timer.calibration() == c
 
 
+def paired_reading(tries=200):
+    """A TSC stamp and the raw clock around it, from the try with the tightest bracket.
+
+    Taking the tightest of many tries keeps a preemption between the two reads out of the
+    comparison: the bracket's width says how far apart the two clocks could have been read.
+    """
+    best = None
+    for _ in range(tries):
+        before = time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
+        stamp = tsc_timer.now_ns()
+        after = time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
+        if best is None or after - before < best[2]:
+            best = (stamp, (before + after) // 2, after - before)
+    return best
+
+
 def test_now_ns_follows_clock_monotonic_raw(calibrated):
-    start_tsc, start_raw = tsc_timer.now_ns(), time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
+    start_tsc, start_raw, start_width = paired_reading()
     time.sleep(0.3)
-    end_tsc, end_raw = tsc_timer.now_ns(), time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
-    # same timeline (within scheduling noise) and same rate (within 100 ppm of 0.3 s + noise)
+    end_tsc, end_raw, end_width = paired_reading()
+    # same timeline (within scheduling noise) and same rate (within 100 ppm, plus the brackets)
     assert abs(start_tsc - start_raw) < 5_000_000
-    assert (
-        abs((end_tsc - start_tsc) - (end_raw - start_raw))
-        < 30 + 100e-6 * (end_raw - start_raw) + 200_000
-    )
+    elapsed = end_raw - start_raw
+    drift = abs((end_tsc - start_tsc) - elapsed)
+    assert drift < 100e-6 * elapsed + start_width + end_width + 1_000
     stamps = [tsc_timer.now_ns() for _ in range(10000)]
     assert stamps == sorted(stamps)
 
