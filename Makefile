@@ -113,9 +113,11 @@ java:
 	@command -v java >/dev/null && command -v mvn >/dev/null \
 		|| { apt-get update -q && apt-get install -y -q default-jre-headless maven; }
 
-# BASELINE=1 measures the noise floor with cyclictest (Debian's rt-tests).
+# BASELINE=1 measures the noise floor with cyclictest (Debian's rt-tests); NOISE= on the bare
+# target runs its loads with stress-ng.
 rt-tools:
-	@command -v cyclictest >/dev/null || { apt-get update -q && apt-get install -y -q rt-tests; }
+	@command -v cyclictest >/dev/null && command -v stress-ng >/dev/null \
+		|| { apt-get update -q && apt-get install -y -q rt-tests stress-ng; }
 
 # The report test opens the page in a real headless browser.
 browser:
@@ -154,7 +156,7 @@ RUN_ARGS = DATA_DIR=$(DATA_DIR) MODEL_DIR=$(MODEL_DIR) RESULTS=$(RESULTS) INVENT
 
 # The request is checked first (it prints the target: given, or what the inventory implies),
 # so a bad setting is refused before the bare target's inputs are built: training takes minutes.
-run: $(STAMP) $(if $(filter-out 0,$(BASELINE)),rt-tools) ## the experiment: here (bare), or HOST=/INVENTORY= a testbed; the variables below
+run: $(STAMP) $(if $(filter-out 0,$(BASELINE))$(NOISE),rt-tools) ## the experiment: here (bare), or HOST=/INVENTORY= a testbed; the variables below
 	@target=$$($(HVBENCH) run $(RUN_ARGS) --validate-only) && \
 		if test "$$target" = bare; then $(MAKE) --no-print-directory workload-inputs; fi
 	$(HVBENCH) run $(RUN_ARGS)
@@ -169,7 +171,7 @@ CAMPAIGN_NAME = $(basename $(notdir $(CAMPAIGN)))
 campaign: $(STAMP) ## CAMPAIGN=campaigns/<name>.yml [RESUME=1]: a grid of runs (campaigns/README.md)
 	@test -n "$(CAMPAIGN)" || { echo "make campaign: CAMPAIGN=campaigns/<name>.yml" >&2; exit 1; }
 	@target=$$($(HVBENCH) campaign target $(CAMPAIGN)) && \
-		{ test $$target != bare || $(MAKE) --no-print-directory workload-inputs; } && \
+		{ test $$target != bare || $(MAKE) --no-print-directory workload-inputs rt-tools; } && \
 		hosts=$$($(PY) -m hvbench_harness.inventory $(INVENTORY) $(HOST) $(TARGET)) && \
 		$(HVBENCH) campaign run $(CAMPAIGN) --results $(RESULTS) $(if $(RESUME),--resume) \
 			--data $(DATA_DIR) --model $(MODEL_DIR) $$(test $$target = bare || echo --inventory $$hosts)

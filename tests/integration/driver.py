@@ -33,6 +33,10 @@ def leftover_processes(tmp_path) -> list[str]:
     return [line for line in out.splitlines() if str(tmp_path) in line and "pytest" not in line]
 
 
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Harness:
     """`hvbench run` in its own session (as from a terminal), its log line by line."""
 
@@ -43,6 +47,9 @@ class Harness:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # as from a terminal: Ctrl-C is not ignored, even where the tests themselves were
+            # started in the background by a shell (which makes its children ignore SIGINT)
+            preexec_fn=default_sigint,
         )
         self.lines: list[tuple[float, str]] = []
         self._new: queue.Queue = queue.Queue()

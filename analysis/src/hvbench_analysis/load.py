@@ -36,6 +36,9 @@ SETTINGS = (
     "weight",
     "priority",  # SCHED_FIFO on kvm
     "rate",  # records/s over all producers: runs at different rates are different configs
+    "noise",  # the neighbours and what they did (NOISE), "" for none
+    "noise_cpus",  # bare: where the loads ran (job, apart or a CPU list), "" without loads
+    "job_cpus",  # bare: the CPUs the job was held to, "" for all
 )
 # How a run measured (requested records, warmup_s, ramp_s, cpu_latency; forced: a failed
 # required readiness check was overridden). Runs that differ in these are never pooled.
@@ -130,6 +133,7 @@ def tags_of(meta: dict) -> dict:
         "weight": requested.get("weight"),
         "priority": requested.get("priority"),
         "rate": rate_per_s(requested.get("producer_period_ms")),
+        **noise_tags(requested),
         "records": number_or_none(requested.get("records")),
         "warmup_s": number_or_none(requested.get("warmup_s")),
         "ramp_s": number_or_none(requested.get("ramp_s")),
@@ -139,6 +143,16 @@ def tags_of(meta: dict) -> dict:
         "rep": requested.get("rep"),
         "run_id": meta.get("run_id"),
     }
+
+
+def noise_tags(requested: dict) -> dict:
+    """noise, noise_cpus and job_cpus as text, "" where a run had none (runs before schema 5
+    had no neighbours and held the job to no CPUs)."""
+    noise = str(requested.get("noise") or "")
+    where = (
+        str(requested.get("noise_cpus") or "") if noise and requested["target"] == "bare" else ""
+    )
+    return {"noise": noise, "noise_cpus": where, "job_cpus": str(requested.get("job_cpus") or "")}
 
 
 def number_or_none(value) -> float | int | None:
@@ -436,10 +450,23 @@ def config_label(row) -> str:
         parts.append(f"e{int(row['extratime'])}")
     if rate := rate_label(row.get("rate")):
         parts.append(f"@{rate}/s")
+    parts += noise_label(row)
     setup = row.get("setup")
     if isinstance(setup, str) and setup:
         parts.append(setup)
     return " ".join(parts)
+
+
+def noise_label(row) -> list[str]:
+    """e.g. ["job on CPU 1", "noise 1:cpu on the job's CPUs"]; [] without either."""
+    parts = []
+    if job_cpus := row.get("job_cpus"):
+        parts.append(f"job on CPU {job_cpus}")
+    if noise := row.get("noise"):
+        where = row.get("noise_cpus")
+        places = {"job": " on the job's CPUs", "apart": " apart", "": ""}
+        parts.append(f"noise {noise}" + places.get(where, f" on CPU {where}"))
+    return parts
 
 
 def rate_label(rate) -> str:

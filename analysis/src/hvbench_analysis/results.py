@@ -25,13 +25,16 @@ import pandas as pd
 # too), `faults` (parts that exited or were restarted) and four more counts. 4: the job's
 # stamps (`job_in_ns`, `job_out_ns` in samples.csv) and what is known of its clock
 # (`clock.job`), for the stage legs; older runs have neither, and their legs are unknown.
-SCHEMA_VERSION = 4
+# 5: the neighbours (`requested.noise`, `noise_cpus`, `job_cpus`; `noise`, what they did) and,
+# on the bare target, the CPUs the job was held to (`job_cpus`); older runs had neither.
+SCHEMA_VERSION = 5
 META = "meta.json"
 SAMPLES = "samples.csv"
 DEAD_LETTERS = "dead_letters.jsonl"
 SCHED_TRACE = "sched_trace.txt"  # TRACE=1: the kernel's sched events of the job's threads
 BASELINE = "baseline.csv"  # BASELINE=1: every timer wake-up's latency (µs) of the noise floor
 LOGS = "logs"
+NOISE_KEYS = ("noise", "noise_cpus", "job_cpus")  # in `requested` from version 5
 SETTING_KEYS = ("budget_us", "period_us", "priority", "extratime", "weight", "cap")
 # Counts added in version 3: foreign records are other runs' (reported, never a problem);
 # contradictions and lost dead letters are problems.
@@ -122,6 +125,8 @@ def upgrade(meta: dict) -> dict:
         meta["faults"] = []
         if isinstance(meta.get("counts"), dict):
             meta["counts"] = {**dict.fromkeys(COUNT_KEYS_3, 0), **meta["counts"]}
+    if version < 5 and isinstance(meta.get("requested"), dict):
+        meta["requested"] = {**dict.fromkeys(NOISE_KEYS), **meta["requested"]}
     meta["schema"] = SCHEMA_VERSION
     return meta
 

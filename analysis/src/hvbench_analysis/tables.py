@@ -196,6 +196,58 @@ def max_table_scheduler(measured: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     return _with_rate_and_runs(table, ["Scheduler", "Max (ms)"], seed)
 
 
+NOISE_TAGS = ("noise", "noise_cpus", "job_cpus")
+PLACES = {"job": " on the job's CPUs", "apart": " on other CPUs", "": ""}
+
+
+def without_noise(tags: dict) -> dict:
+    """A configuration's tags with the neighbours and placement left out: what the rows of
+    one interference comparison share."""
+    return {k: v for k, v in tags.items() if k not in NOISE_TAGS}
+
+
+def neighbours_text(tags: dict) -> str:
+    """The neighbours and where they ran, e.g. "1:cpu on other CPUs (job on CPU 1)"."""
+    where = tags.get("noise_cpus") or ""
+    text = (tags.get("noise") or "none") + PLACES.get(where, f" on CPU {where}")
+    return text + (f" (job on CPU {tags['job_cpus']})" if tags.get("job_cpus") else "")
+
+
+def interference_table(
+    measured: pd.DataFrame, deadline_ms: float | None, seed: int = 0
+) -> pd.DataFrame:
+    """The second reference study's layout, per configuration and neighbours: Mean, Min, Max,
+    SD (ms) and the % of records over the deadline, repetitions pooled; with repetitions, the
+    mean over runs of each run's mean and maximum with 95 % bootstrap intervals."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for tags, group in by_config(measured):
+        stats = summarize_group(group, deadline_ms)
+        run_means = [float(r["latency_ns"].mean()) / 1e6 for _, r in runs_of(group)]
+        run_max, _ = per_run_max_p99(group)
+        row = {
+            "Configuration": config_label(without_noise(tags)),
+            "Neighbours": neighbours_text(tags),
+            "Runs": len(run_means),
+            "Mean (ms)": stats["mean_ms"],
+            "Min (ms)": stats["min_ms"],
+            "Max (ms)": stats["max_ms"],
+            "SD (ms)": stats["sd_ms"],
+        }
+        if deadline_ms is not None:
+            row[f"% > {deadline_ms:g} ms"] = stats["over_deadline_pct"]
+        if len(run_means) > 1:
+            row["Mean over runs (ms) [95 % CI]"] = mean_with_ci(run_means, rng)
+            row["Mean max (ms) [95 % CI]"] = mean_with_ci(run_max, rng)
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    return table.sort_values(["Configuration"], kind="stable", ignore_index=True)
+
+
+def runs_of(group: pd.DataFrame):
+    return group.groupby("run_id", observed=True, sort=True)
+
+
 def intended_vs_actual(measured: pd.DataFrame) -> pd.DataFrame:
     """Coordinated-omission view: latency from the scheduled send next to the actual send.
     A producer that falls behind its schedule shows up only in the first."""

@@ -49,7 +49,7 @@ from hvbench_load.probe import probe_record
 from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
 
 import tsc_timer
-from hvbench_harness import accounting, inventory, meta, spec
+from hvbench_harness import accounting, inventory, meta, neighbours, spec
 from hvbench_harness import target as targets
 from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, stop_process, tail
 from hvbench_harness.target import TOPICS, Target
@@ -97,6 +97,7 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
         raise RunError("RAMP must lie within the warm-up: 0 ≤ RAMP ≤ WARMUP")
     if args.rep is not None and args.rep < 1:
         raise RunError("REP (the repetition number) must be ≥ 1")
+    neighbours.check_request(args)
     setting = validate(
         BACKEND_OF_TARGET[args.target],
         args.sched,
@@ -128,6 +129,7 @@ def check_settings(args: argparse.Namespace) -> tuple[Setting, tuning.CpuLatency
     for what, path in (("model", Path(args.model) / "manifest.json"), ("data", Path(args.data))):
         if not path.exists():
             raise RunError(f"no {what} at {path} (make train / make data create it)")
+    args.noise_cpu_list = neighbours.bare_noise_cpus(args.noise_cpus, args.job_cpus)
     cpu_latency = tuning.CpuLatency(tuning.parse_cpu_latency(args.cpu_latency))
     cpu_latency.check()
     return setting, cpu_latency
@@ -202,10 +204,14 @@ def measure(
     job = start_job(target, parts, bootstrap)
     ready_s = wait_job_ready(target, parts, bootstrap, job, run_id)
     started = target.job_started(job)
+    meta_doc.update(target.job_placement())
     enter(meta_doc, "applying the scheduler setting")
     log(f"Flink job running ({started}), answered the probe in {ready_s:.1f} s")
     parts.on_teardown(lambda: reset_scheduler(target, parts))  # also after a failed apply
     meta_doc["sched"] = target.scheduler.apply(setting)
+    if args.noise:
+        enter(meta_doc, "starting the neighbours")
+        meta_doc["noise"] = target.start_noise(parts)
     if args.baseline:
         enter(meta_doc, "measuring the noise floor")
         meta_doc["baseline"] = target.noise_floor(setting, args.baseline_s)
@@ -218,6 +224,8 @@ def measure(
     steal = drain(args, target, parts, (job, consumer, producers), lines, meta_doc)
     if args.trace:
         target.stop_trace()
+    if args.noise:
+        target.stop_noise()
     if steal is not None:
         meta_doc["steal_while_sending"] = steal
     meta_doc["sched_at_end"] = target.scheduler.read()
@@ -261,6 +269,7 @@ def on_signal(signum, _frame):
 def start_job(target: Target, parts: Parts, bootstrap: str) -> subprocess.Popen:
     paths, machine = target.paths, target.realtime
     cmd = [
+        *target.job_prefix(),
         "env",
         "OPENBLAS_NUM_THREADS=1",
         "TF_CPP_MIN_LOG_LEVEL=2",
@@ -471,7 +480,7 @@ def finish(
     )
     meta_doc["clock"]["job"] = stages.clock_relation(samples, target.job_shares_clock)
     logs = [work / name for name in RUN_LOGS if (work / name).exists()]
-    logs += sorted((work / "flink-log").glob("*.log"))
+    logs += sorted((work / "flink-log").glob("*.log")) + sorted(work.glob("noise-*.log"))
     letters = work / "dead_letters.jsonl"
     trace = keep_trace(target, work, meta_doc)
     baseline = work / results_contract.BASELINE

@@ -84,6 +84,14 @@ FIELDS = (
           "baseline"),
     Field("baseline_s", float, 10.0, "--baseline-s", "seconds of the noise floor (BASELINE=1)",
           "baseline_s"),
+    Field("noise", str, None, "--noise",
+          "neighbours and what they do, COUNT:STATE,...: e.g. 3:idle, 3:paused, 2:cpu,1:membw "
+          "(docs/interference.md)", "noise"),
+    Field("noise_cpus", str, "job", "--noise-cpus",
+          "bare: where the loads run: job (the job's CPUs), apart (the others) or a CPU list",
+          "noise_cpus"),
+    Field("job_cpus", str, None, "--job-cpus",
+          "bare: the CPUs the job may use, a list such as 1 or 2-3; unset: all", "job_cpus"),
 )  # fmt: skip
 # Where a run reads and writes, and what it is called: the same for every point of a campaign.
 INPUTS = (

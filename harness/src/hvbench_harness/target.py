@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hvbench_agent import facts as agent_facts
-from hvbench_agent import noise, tuning
+from hvbench_agent import neighbours, noise, tuning
 from hvbench_agent.sched import Setting
 from hvbench_agent.sched.linux import LinuxScheduler, threads_of
 from hvbench_agent.trace import SchedTrace
@@ -27,6 +27,7 @@ from hvbench_load.broker import KafkaBroker
 import tsc_timer
 from hvbench_harness import readiness
 from hvbench_harness.hosttrace import HostTrace
+from hvbench_harness.neighbours import LocalNoise
 from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, tail
 from hvbench_harness.testbed import HostScheduler, Machine, Testbed, TestbedError, resolve
 
@@ -84,6 +85,7 @@ class BareTarget:
         self.broker: KafkaBroker | None = None
         self.jvm_pid: int | None = None
         self.trace: SchedTrace | None = None
+        self.noise: LocalNoise | None = None
 
     def machines(self) -> set[Machine]:
         return {self.messaging}
@@ -137,6 +139,30 @@ class BareTarget:
             raise RunError("the job's JVM was not found")
         self.scheduler.bind(self.jvm_pid)
         return f"JVM pid {self.jvm_pid}"
+
+    def job_prefix(self) -> list[str]:
+        """JOB_CPUS: the job (PyFlink and its JVM, every thread they start) on those CPUs."""
+        return ["taskset", "--cpu-list", self.args.job_cpus] if self.args.job_cpus else []
+
+    def job_placement(self) -> dict:
+        """meta.json `job_cpus`: the CPUs asked for and those the JVM may use, read back."""
+        return {
+            "job_cpus": {
+                "requested": self.args.job_cpus or "all",
+                "jvm_readback": neighbours.allowed_cpus(self.jvm_pid),
+            }
+        }
+
+    def start_noise(self, parts: Parts) -> dict:
+        """NOISE: the loads as processes here, on the CPUs NOISE_CPUS names."""
+        args = self.args
+        groups = neighbours.parse(args.noise)
+        self.noise = LocalNoise(groups, args.noise_cpu_list, args.noise_cpus, Path(self.paths.work))
+        parts.on_teardown(self.noise.stop)
+        return self.noise.start()
+
+    def stop_noise(self) -> None:
+        self.noise.stop()
 
     def start_trace(self, parts: Parts) -> None:
         """TRACE=1: the kernel's sched events of the job's record-handling threads, from now
@@ -317,6 +343,12 @@ class TestbedTarget:
 
     def job_started(self, job: subprocess.Popen) -> str:
         return f"in {self.realtime.name}"
+
+    def job_prefix(self) -> list[str]:
+        return []  # the real-time VM's vCPUs are pinned by its inventory
+
+    def job_placement(self) -> dict:
+        return {}
 
     def part_gone(self, job: subprocess.Popen) -> str | None:
         """Why the run cannot go on: the job or the broker (or the SSH session that tethers

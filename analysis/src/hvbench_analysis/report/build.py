@@ -26,9 +26,10 @@ from hvbench_analysis.report.campaigns import campaign_section
 from hvbench_analysis.report.explain import (
     bound_section,
     explain_section,
-    noise_section,
+    noise_floor_section,
     stage_section,
 )
+from hvbench_analysis.report.interference import interference_section
 from hvbench_analysis.report.latency import (
     density_section,
     ecdf_section,
@@ -73,11 +74,12 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     campaign_section(page, results, dirs.tables, runs, picked=bool(names))
     percentile_section(page, measured, flags_by_run(runs), args, dirs)
     max_section(page, measured, args, dirs)
+    interference_section(page, measured, args, dirs)
     bound_section(page, runs, dirs)
     intended_section(page, measured, dirs)
     stage_section(page, measured, args, dirs)
     explain_section(page, runs, args, dirs)
-    noise_section(page, runs, dirs)
+    noise_floor_section(page, runs, dirs)
     repetition_sections(page, measured, args, dirs)
     ecdf_section(page, measured, args, dirs)
     density_section(page, measured, dirs)

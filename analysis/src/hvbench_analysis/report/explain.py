@@ -51,7 +51,7 @@ def explain_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutD
         worst_records(page, f, dirs)
 
 
-def noise_section(page: Page, runs: Runs, dirs: OutDirs) -> None:
+def noise_floor_section(page: Page, runs: Runs, dirs: OutDirs) -> None:
     """Runs made with BASELINE=1: the timer latency of a thread under the same setting (the
     machine's noise floor) next to the pipeline's tail."""
     rows = []

@@ -1,0 +1,74 @@
+"""The interference table and figures: runs that differ only in their neighbours are rows of
+one comparison, in the second reference study's layout (Mean, Min, Max, SD, % over the
+deadline), with intervals over repetitions."""
+
+import argparse
+
+import numpy as np
+import pytest
+from hvbench_analysis import tables
+from hvbench_analysis.load import load_runs, run_dirs
+from hvbench_analysis.report.interference import interference_section
+from hvbench_analysis.report.page import OutDirs, Page
+from hvbench_analysis.synthetic import write_run
+
+MS = 1_000_000
+NOISES = {
+    "quiet": {"job_cpus": "1"},
+    "on-job": {"noise": "1:cpu", "noise_cpus": "job", "job_cpus": "1"},
+    "apart": {"noise": "1:cpu", "noise_cpus": "apart", "job_cpus": "1"},
+}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    for name, requested in NOISES.items():
+        for rep in (1, 2):
+            scale = 30 if name == "on-job" else 2  # ms: the noise on the job's CPU slows it
+            latency = np.arange(1, 101) * scale * MS // 10 + rep * MS
+            write_run(results / f"{name}-{rep}", latency, rep=rep, requested=requested)
+    write_run(results / "old", np.full(10, 5 * MS))  # before schema 5: no neighbours at all
+    return load_runs(run_dirs(results)).measured
+
+
+def test_one_row_per_neighbours_with_the_studys_columns(measured):
+    table = tables.interference_table(measured, deadline_ms=100)
+    rows = {r["Neighbours"]: r for _, r in table.iterrows()}
+    assert set(rows) == {
+        "none (job on CPU 1)",
+        "1:cpu on the job's CPUs (job on CPU 1)",
+        "1:cpu on other CPUs (job on CPU 1)",
+        "none",
+    }
+    assert set(table["Configuration"]) == {"bare/none"}
+    on_job = rows["1:cpu on the job's CPUs (job on CPU 1)"]
+    values = np.concatenate([np.arange(1, 101) * 3 + rep for rep in (1, 2)])  # ms
+    assert on_job["Mean (ms)"] == pytest.approx(values.mean())
+    assert on_job["Min (ms)"] == pytest.approx(values.min())
+    assert on_job["Max (ms)"] == pytest.approx(values.max())
+    assert on_job["SD (ms)"] == pytest.approx(values.std(ddof=1))
+    assert on_job["% > 100 ms"] == pytest.approx(100 * np.mean(values > 100))
+    assert on_job["Runs"] == 2 and on_job["Mean over runs (ms) [95 % CI]"].startswith("153.00 [")
+    assert rows["none"]["Runs"] == 1 and rows["none"]["% > 100 ms"] == 0
+
+
+def test_the_section_overlays_each_configuration_by_its_neighbours(measured, tmp_path):
+    page = Page("t")
+    dirs = OutDirs(tmp_path / "figures", tmp_path / "tables", tmp_path / "hdr")
+    args = argparse.Namespace(deadline_ms=None, seed=0, xlim_ms=None)
+    interference_section(page, measured, args, dirs)
+    html = page.render()
+    assert "Interference: latency by neighbours" in html and "DEADLINE_MS" in html
+    assert (tmp_path / "tables/interference.tex").exists()
+    names = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
+    assert names == ["density_noise_bare_none.png", "ecdf_noise_bare_none.png"]
+
+
+def test_no_section_without_neighbours(tmp_path):
+    write_run(tmp_path / "r" / "a", np.full(10, 5 * MS))
+    page = Page("t")
+    dirs = OutDirs(tmp_path / "f", tmp_path / "t", tmp_path / "h")
+    args = argparse.Namespace(deadline_ms=None, seed=0, xlim_ms=None)
+    interference_section(page, load_runs(run_dirs(tmp_path / "r")).measured, args, dirs)
+    assert "Interference" not in page.render()

@@ -1,0 +1,61 @@
+"""NOISE, NOISE_CPUS and JOB_CPUS are checked before anything starts: a VM's state on the bare
+target, a placement that leaves the loads no CPU, a testbed asked to place its guests, or
+SCHED=deadline on pinned threads are refused with the reason."""
+
+import os
+
+import pytest
+from hvbench_harness import neighbours, run
+from hvbench_harness.parts import RunError
+
+
+def request(*words: str):
+    args = run.parse_args(list(words))
+    args.target = args.target or "bare"
+    return args
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (["NOISE=3:idle"], "3:idle: a VM's state; on the bare target a neighbour is a process"),
+        (["NOISE=2:cpu,1:paused"], "1:paused: a VM's state"),
+        (["NOISE=1:cpuu"], r"unknown NOISE state 'cpuu' \(did you mean cpu\?\)"),
+        (["JOB_CPUS=1", "SCHED=deadline", "BUDGET=9000"], "SCHED=deadline needs the job's"),
+        (["JOB_CPUS=x"], "is not a CPU list"),
+        (["TARGET=kvm", "NOISE=1:cpu", "JOB_CPUS=2"], "JOB_CPUS: for the bare target"),
+        (["TARGET=xen", "NOISE=1:cpu", "NOISE_CPUS=apart"], "NOISE_CPUS: for the bare target"),
+    ],
+)
+def test_a_placement_or_state_that_cannot_be_is_refused_first(words, message):
+    with pytest.raises(RunError, match=message):
+        neighbours.check_request(request(*words))
+
+
+def test_the_bare_loads_go_on_the_jobs_cpus_apart_or_where_asked():
+    online = sorted(os.sched_getaffinity(0))
+    last, rest = online[-1], online[:-1]
+    assert neighbours.bare_noise_cpus("job", None) is None  # the job may run anywhere
+    assert neighbours.bare_noise_cpus("job", str(last)) == str(last)
+    if rest:
+        assert neighbours.bare_noise_cpus("apart", str(last)) == neighbours.cpu_list(set(rest))
+    assert neighbours.bare_noise_cpus(str(online[0]), None) == str(online[0])
+    with pytest.raises(RunError, match="NOISE_CPUS=apart needs JOB_CPUS"):
+        neighbours.bare_noise_cpus("apart", None)
+    with pytest.raises(RunError, match="this machine runs on CPUs"):
+        neighbours.bare_noise_cpus("job", "999")
+    with pytest.raises(RunError, match="NOISE_CPUS is job, apart or a CPU list"):
+        neighbours.bare_noise_cpus("elsewhere", None)
+
+
+def test_none_is_no_neighbours_and_the_text_is_recorded_normalised():
+    args = request("NOISE=none")
+    assert neighbours.check_request(args) == () and args.noise is None
+    args = request("NOISE= 2:cpu, 1:membw")
+    neighbours.check_request(args)
+    assert args.noise == "2:cpu,1:membw"
+
+
+def test_make_run_refuses_before_anything_starts(capsys):
+    assert run.main(["NOISE=3:paused", "--validate-only"]) == 1
+    assert "a VM's state" in capsys.readouterr().err

@@ -1,0 +1,63 @@
+"""Noisy neighbours on the bare target for real: a short run with a CPU and a memory-bandwidth
+load (stress-ng) on the job's CPU, every record accounted for, where the loads and the job ran
+read back and the loads' own work in meta.json."""
+
+import json
+import os
+
+import pytest
+from driver import leftover_processes, run_args
+from hvbench_analysis.load import config_label, load_runs
+from hvbench_harness import run
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def noisy_run(small_data, small_model, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("noise")
+    job_cpu = str(max(os.sched_getaffinity(0)))
+    extra = ("--run-id", "noisy", "--noise", "1:cpu,1:membw", "--job-cpus", job_cpu)
+    code = run.main(run_args(tmp_path, small_data[0], small_model, *extra, records=240))
+    return code, tmp_path, tmp_path / "results" / "noisy", job_cpu
+
+
+def test_a_run_with_neighbours_on_the_jobs_cpu_accounts_for_every_record(noisy_run):
+    code, tmp_path, results, _ = noisy_run
+    assert code == 0
+    meta = json.loads((results / "meta.json").read_text())
+    assert meta["counts"]["sent"] == meta["counts"]["received"] == 240
+    assert meta["counts"]["accounted"]
+    assert meta["requested"]["noise"] == "1:cpu,1:membw"
+    assert leftover_processes(tmp_path) == []
+
+
+def test_where_the_job_and_the_loads_ran_is_read_back(noisy_run):
+    _, _, results, job_cpu = noisy_run
+    meta = json.loads((results / "meta.json").read_text())
+    assert meta["job_cpus"] == {"requested": job_cpu, "jvm_readback": job_cpu}
+    noise = meta["noise"]
+    assert (noise["where"], noise["cpus"]) == ("job", job_cpu)
+    for group in noise["groups"]:
+        assert list(group["placement"]["stressors"].values()) == [job_cpu]
+
+
+def test_the_loads_own_work_is_recorded(noisy_run):
+    _, _, results, _ = noisy_run
+    noise = json.loads((results / "meta.json").read_text())["noise"]
+    by_group = {g["group"]: g for g in noise["groups"]}
+    assert set(by_group) == {"1:cpu", "1:membw"}
+    for group, stressor in (("1:cpu", "cpu"), ("1:membw", "stream")):
+        done = by_group[group]
+        assert done["exit_code"] == 0 and not done["ended_before_the_run"]
+        (metrics,) = done["metrics"]
+        assert metrics["stressor"] == stressor and metrics["bogo-ops"] > 0
+        assert metrics["bogo-ops-per-second-real-time"] > 0
+    assert {"noise-0.log", "noise-1.log"} <= {p.name for p in (results / "logs").iterdir()}
+
+
+def test_the_report_names_the_run_by_its_neighbours(noisy_run):
+    _, _, results, job_cpu = noisy_run
+    runs = load_runs([results])
+    label = config_label(runs.runs.iloc[0])
+    assert label.endswith(f"job on CPU {job_cpu} noise 1:cpu,1:membw on the job's CPUs")
