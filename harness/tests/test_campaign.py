@@ -120,6 +120,18 @@ def test_the_shipped_campaigns_validate_against_their_targets():
     assert "6 point(s) × 5 repetition(s) = 30 runs on xen" in proc.stdout
 
 
+def test_points_with_neighbours_have_names_a_path_takes(tmp_path):
+    c = campaign.load(REPO / "campaigns/interference-bare.yml")
+    assert [p.id for p in c.points] == [
+        "p01",
+        "p02-1cpu-on-job",
+        "p03-1cpu-on-apart",
+        "p04-1membw-on-job",
+        "p05-1membw-on-apart",
+    ]
+    assert campaign.run_argv(c.points[2])[-4:] == ["--noise", "1:cpu", "--noise-cpus", "apart"]
+
+
 def test_a_grid_crossed_with_points_names_what_differs(tmp_path):
     c = campaign.load(
         write(

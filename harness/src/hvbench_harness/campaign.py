@@ -57,6 +57,7 @@ SETTING_KEYS = set(spec.CAMPAIGN_KEYS)
 # Short names for point ids: p03-rtds-b77500-e0
 SHORT = {"budget": "b", "period": "p", "extratime": "e", "weight": "w", "cap": "c"}
 SHORT |= {"priority": "prio", "records": "n", "send_ms": "ms", "rate": "r", "warmup": "wu"}
+SHORT |= {"noise": "", "noise_cpus": "on-", "job_cpus": "job"}
 # Seconds a run takes besides sending (start Kafka and the job, drain, tear down), until the
 # campaign has measured its own.
 OVERHEAD_S = {"bare": 60.0, "kvm": 120.0, "xen": 120.0}
@@ -253,6 +254,7 @@ def _point_id(index: int, settings: dict, varying: list[str]) -> str:
             parts.append(key if value else f"no{key}")
         else:
             text = f"{value:g}" if isinstance(value, float) else str(value)
+            text = text.replace(":", "").replace(",", "+")  # NOISE=2:cpu,1:membw: 2cpu+1membw
             parts.append(f"{SHORT.get(key, key)}{text}")
     return "-".join(parts)
 
