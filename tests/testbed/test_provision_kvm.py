@@ -28,7 +28,15 @@ pytestmark = pytest.mark.testbed
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 CACHE = Path(os.environ.get("HVBENCH_TEST_CACHE", "/var/cache/hvbench-test"))
-GUESTS = {"hvbench-messaging": ("192.168.123.10", [1]), "hvbench-realtime": ("192.168.123.11", [2])}
+NEIGHBOUR = "hvbench-neighbour-0"
+NEIGHBOURS = {"count": 1, "vcpus": 1, "memory_mb": 512, "disk_gb": 4, "placement": [1]}
+# the neighbour VM shares CPU 1 with the messaging VM: on the real-time VM's CPU it would stop
+# SCHED=deadline, which makes that CPU a partition of its own (tested below)
+GUESTS = {
+    "hvbench-messaging": ("192.168.123.10", [1]),
+    "hvbench-realtime": ("192.168.123.11", [2]),
+    NEIGHBOUR: ("192.168.123.20", [1]),
+}
 
 
 def guests(realtime_vcpus: int = 1, realtime_cpus: list[int] | None = None) -> dict:
@@ -52,6 +60,7 @@ def small_testbed_vars(key: Path, bundle: Path | None = None) -> dict:
         **({"hvbench_guest_bundle": str(bundle)} if bundle else {}),
         "guest_image_controller_cache": str(CACHE / "images"),
         "hvbench_guests": guests(),
+        "hvbench_neighbours": NEIGHBOURS,
         # The host VM's emulated CPU under TCG: nested guests keep QEMU's default model.
         "guests_kvm_cpu_mode": "",
     }
@@ -225,6 +234,27 @@ def test_guests_boot_and_take_their_key(host):
         assert password.returncode != 0  # no password login
 
 
+def hold(host, verb: str, *args: str) -> list[dict]:
+    """The host's agent: the neighbour VM held in a state, or read; its readback."""
+    out = on_host(
+        host, f"hvbench-agent domains {verb} --backend kvm --domain {NEIGHBOUR} {' '.join(args)}"
+    )
+    return json.loads(out)["domains"]
+
+
+def test_a_neighbour_is_held_in_each_state_and_read_back(host):
+    """Paused, shut down and running again, as libvirt reports it; pinned where placed."""
+    (paused,) = hold(host, "hold", "--state", "paused")
+    assert paused["state"] == "paused" and paused["host_cpus"] == [GUESTS[NEIGHBOUR][1]]
+    assert on_host(host, f"virsh domstate {NEIGHBOUR}").strip() == "paused"
+    (off,) = hold(host, "hold", "--state", "shutdown")
+    assert off["state"] == "shut off" and off["host_cpus"] is None
+    assert on_host(host, f"virsh domstate {NEIGHBOUR}").strip() == "shut off"
+    (running,) = hold(host, "hold", "--state", "running")
+    assert running["state"] == "running"
+    assert hold(host, "read")[0]["state"] == "running"  # held: a second hold changes nothing
+
+
 def vcpu_sched(host, action: str, **settings) -> tuple[int, str, dict | None]:
     """playbooks/sched.yml against the host; the readback it saved on the controller."""
     readback = host[1].parent / f"sched-{action}.json"
@@ -348,7 +378,7 @@ def test_the_workload_is_installed_where_it_runs(host):
     assert "No such file" in on_host(host, "ls /opt/hvbench 2>&1 || true")
 
 
-def make_run(host, results: Path, run_id: str, **settings: int) -> list[str]:
+def make_run(host, results: Path, run_id: str, **settings: int | str) -> list[str]:
     """make run TARGET=kvm on the test's testbed: a short cfs run, with `settings` on top."""
     settings = {"RECORDS": 60, "SEND_MS": 500, "WARMUP": 2, "MALFORMED": 2, **settings}
     return [
@@ -368,7 +398,7 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     # one run id per session: a failed run leaves its work/<run-id> (logs) in the checkout
     run_id = f"kvm-cfs-{tmp_path.parent.name}"
     proc = subprocess.run(
-        make_run(host, results, run_id, TRACE=1, BASELINE=1, BASELINE_S=3),
+        make_run(host, results, run_id, TRACE=1, BASELINE=1, BASELINE_S=3, NOISE="1:cpu"),
         cwd=REPO,
         env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
         stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin
@@ -417,6 +447,23 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     assert (results / run_id / "logs/job.out").exists()
     assert_the_vcpus_trace_is_aligned_and_read(results / run_id, meta)
     assert_the_noise_floor_ran_in_the_real_time_machine(results / run_id, meta)
+    assert_the_neighbour_ran_its_load(meta)
+
+
+def assert_the_neighbour_ran_its_load(meta: dict) -> None:
+    """NOISE=1:cpu: the neighbour VM ran (read back at the start and the end), stress-ng in it
+    did work and reported it, and it is not left running there. Nothing is timed."""
+    noise = meta["noise"]
+    assert noise["requested"] == "1:cpu"
+    assert noise["plan"] == [{"domain": NEIGHBOUR, "state": "cpu"}]
+    for when in ("states_at_start", "states_at_end"):
+        assert [(d["name"], d["state"]) for d in noise[when]] == [(NEIGHBOUR, "running")]
+    (load,) = noise["loads"]
+    (metrics,) = load["metrics"]
+    assert metrics["stressor"] == "cpu" and metrics["bogo-ops"] > 0, load
+    guests = {g["name"]: g for g in meta["guests"]}
+    assert set(guests) == set(GUESTS)
+    assert all(g["host_cpus"] == [GUESTS[name][1]] for name, g in guests.items())
 
 
 def assert_the_noise_floor_ran_in_the_real_time_machine(run: Path, meta: dict) -> None:

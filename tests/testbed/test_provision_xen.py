@@ -39,9 +39,11 @@ from hostvm import (
     build_image,
     run_playbook,
 )
+from hvbench_agent import neighbours
 from hvbench_analysis import results, sched_trace, synthetic
 from hvbench_harness import readiness
-from hvbench_harness.testbed import Machine
+from hvbench_harness.neighbours import TestbedNoise
+from hvbench_harness.testbed import Machine, Testbed
 
 pytestmark = pytest.mark.testbed
 
@@ -49,7 +51,14 @@ CACHE = Path(os.environ.get("HVBENCH_TEST_CACHE", "/var/cache/hvbench-test"))
 BUILD_SCRIPT = REPO / "roles/xen_host/files/build-xen-hypervisor"
 GUEST = "hvbench-realtime"
 MESSAGING = "hvbench-messaging"
-GUESTS = {MESSAGING: ("192.168.123.10", [1]), GUEST: ("192.168.123.11", [2, 3])}
+NEIGHBOUR = "hvbench-neighbour-0"
+NEIGHBOURS = {"count": 1, "vcpus": 1, "memory_mb": 384, "disk_gb": 10, "placement": "realtime"}
+# the neighbour VM is placed on the real-time VM's CPUs: in its cpupool, on its first CPU
+GUESTS = {
+    MESSAGING: ("192.168.123.10", [1]),
+    GUEST: ("192.168.123.11", [2, 3]),
+    NEIGHBOUR: ("192.168.123.20", [2]),
+}
 POOL = "hvbench-rt"
 
 
@@ -72,6 +81,7 @@ def xen_vars(prebuilt: Path, key: Path) -> dict:
             # two vCPUs: a cap of 153 (1.53 CPUs) needs them
             "realtime": {"name": GUEST, "vcpus": 2, "host_cpus": [2, 3], **guest},
         },
+        "hvbench_neighbours": NEIGHBOURS,
     }
 
 
@@ -144,6 +154,23 @@ def test_bad_guest_settings_are_refused_before_anything_is_touched(host):
     assert on_host(host, "ls /etc/hvbench 2>&1 || true").stdout.count("No such file") == 1
 
 
+@pytest.mark.parametrize(
+    ("neighbours", "message"),
+    [
+        ({"count": 1, "placement": [2]}, "a neighbour outside the real-time cpupool"),
+        ({"count": 1, "xen_type": "fv"}, "xen_type pv, pvh or hvm (got fv)"),
+        ({"count": 1, "placement": "siblings"}, "have no SMT siblings on this host"),
+    ],
+)
+def test_bad_neighbour_settings_are_refused_before_anything_is_touched(host, neighbours, message):
+    code, out, counts = playbook(
+        host, "provision.yml", "-e", json.dumps({"hvbench_neighbours": neighbours})
+    )
+    assert code != 0 and message in out, out[-3000:]
+    assert counts["changed"] == 0
+    assert on_host(host, "ls /etc/hvbench 2>&1 || true").stdout.count("No such file") == 1
+
+
 def test_provision_boots_the_rtds_hypervisor(host, prebuilt):
     code, out, counts = provision(host)
     assert code == 0, out[-8000:]
@@ -177,13 +204,18 @@ def test_the_guests_run_pinned_in_their_pools(host):
     listing = on_host(host, "xl list -c").stdout
     assert re.search(rf"^{MESSAGING}\s+\d+\s+512\s+1\s+\S+\s+[\d.]+\s+Pool-0\s*$", listing, re.M)
     assert re.search(rf"^{GUEST}\s+\d+\s+512\s+2\s+\S+\s+[\d.]+\s+{POOL}\s*$", listing, re.M)
+    assert re.search(rf"^{NEIGHBOUR}\s+\d+\s+384\s+1\s+\S+\s+[\d.]+\s+{POOL}\s*$", listing, re.M)
     for name, (_, cpus) in GUESTS.items():
         vcpus = on_host(host, f"xl vcpu-list {name}").stdout
         for vcpu, cpu in enumerate(cpus):
             # hard affinity: exactly the one CPU
             assert re.search(rf"^{name}\s+\d+\s+{vcpu}\s+\S+\s+\S+\s+[\d.]+\s+{cpu} / all\s*$",
                              vcpus, re.M), vcpus  # fmt: skip
-    assert on_host(host, "ls /etc/xen/auto").stdout.split() == [f"{MESSAGING}.cfg", f"{GUEST}.cfg"]
+    assert on_host(host, "ls /etc/xen/auto").stdout.split() == [
+        f"{MESSAGING}.cfg",
+        f"{NEIGHBOUR}.cfg",
+        f"{GUEST}.cfg",
+    ]
     assert "192.168.123.1/24" in on_host(host, "ip -4 addr show xenbr-hvbench").stdout
 
 
@@ -235,6 +267,94 @@ def on_guest(host, name: str, command: str, patience: float) -> None:
 def test_the_guests_boot_and_take_their_key(host):
     for name in GUESTS:
         on_guest(host, name, "cat /etc/hostname", patience=600)
+
+
+def hold(host, verb: str, *args: str) -> dict:
+    """The host's agent: the neighbour VM held in a state, or read; its readback."""
+    command = f"hvbench-agent domains {verb} --backend xen --domain {NEIGHBOUR} {' '.join(args)}"
+    (readback,) = json.loads(on_host(host, command).stdout)["domains"]
+    return readback
+
+
+def test_a_neighbour_is_held_in_each_state_and_read_back(host):
+    """Paused, destroyed and created again from its configuration, as xl reports it; a PV
+    guest in the real-time cpupool, pinned where placed."""
+    paused = hold(host, "hold", "--state", "paused")
+    assert (paused["state"], paused["type"], paused["pool"]) == ("paused", "pv", POOL)
+    assert "p" in paused["xl_state"] and paused["host_cpus"] == {"0": "2"}
+    off = hold(host, "hold", "--state", "shutdown")
+    assert off["state"] == "shut off"
+    assert NEIGHBOUR not in on_host(host, "xl list").stdout
+    running = hold(host, "hold", "--state", "running")
+    assert (running["state"], running["pool"]) == ("running", POOL)
+    assert running["host_cpus"] == {"0": "2"}
+    assert hold(host, "read")["state"] == "running"
+    on_guest(host, NEIGHBOUR, "stress-ng --version", patience=600)  # booted, stress-ng in it
+
+
+def test_the_harness_holds_the_neighbour_runs_its_load_and_reads_it_back(host):
+    """What make run NOISE= does on a testbed, without the workload (not installed here): the
+    neighbour held by the host's agent, stress-ng started in it over SSH through the host,
+    stopped with its metrics, the states read back at both ends. Nothing is timed."""
+    vm = host[0]
+    to_host = ("ssh", *vm.ssh_options(), "-p", str(vm.port), "root@127.0.0.1")
+    jump = f"ProxyCommand=ssh {' '.join(vm.ssh_options())} -p {vm.port} -W %h:%p root@127.0.0.1"
+    neighbour = Machine(
+        f"neighbour ({NEIGHBOUR})",
+        ssh=("ssh", *vm.ssh_options(), "-o", jump, f"root@{GUESTS[NEIGHBOUR][0]}"),
+    )
+    testbed = Testbed(
+        host=Machine("host", ssh=to_host, agent_command=("hvbench-agent",)),
+        messaging=Machine("unused"), realtime=Machine("unused"), messaging_address="",
+        realtime_domain=GUEST, install_dir="", work_dir="", target="xen",
+        neighbours=((NEIGHBOUR, neighbour),),
+    )  # fmt: skip
+    noise = TestbedNoise(testbed, neighbours.parse("1:cpu"), "xen-check", longest_s=60)
+    record = noise.start()
+    try:
+        assert [(d["name"], d["state"], d["type"]) for d in record["states_at_start"]] == [
+            (NEIGHBOUR, "running", "pv")
+        ]
+        time.sleep(5)
+    finally:
+        noise.stop()
+    (load,) = record["loads"]
+    (metrics,) = load["metrics"]
+    assert metrics["stressor"] == "cpu" and metrics["bogo-ops"] > 0, load
+    assert record["states_at_end"][0]["state"] == "running"
+    left = subprocess.run([*neighbour.ssh, "pgrep -c stress-ng || true"], capture_output=True,
+                          text=True, timeout=180)  # fmt: skip
+    assert left.stdout.strip() == "0"
+    paused = TestbedNoise(testbed, neighbours.parse("1:paused"), "xen-check", longest_s=60)
+    assert paused.start()["states_at_start"][0]["state"] == "paused"
+    paused.stop()
+    hold(host, "hold", "--state", "running")
+
+
+def test_an_hvm_guests_configuration_is_what_xl_takes(host):
+    """HVM (the study's "fully virtualised") needs VT-x/AMD-V, which TCG lacks: the guests
+    role's configuration for an HVM neighbour is rendered by Ansible and parsed by xl (dry run,
+    nothing is created)."""
+    _, inventory, extra = host
+    item = {"name": "hvbench-hvm-check", "role": "neighbour", "index": 29, "vcpus": 1,
+            "memory_mb": 256, "host_cpus": [1], "xen_type": "hvm", "pool": ""}  # fmt: skip
+    template_vars = {
+        "item": item, "guest_image_dir": "/var/lib/hvbench/images/check",
+        "guests_xen_tsc_mode": "default", "guests_xen_disk_dir": "/var/lib/hvbench/disks",
+        "guests_xen_bridge": "xenbr-hvbench",
+    }  # fmt: skip
+    proc = subprocess.run(
+        [str(REPO / ".venv/bin/ansible"), "testhost", "-i", str(inventory), "-e", f"@{extra}",
+         "-e", json.dumps(template_vars), "-m", "ansible.builtin.template",
+         "-a", f"src={REPO}/roles/guests/templates/guest.cfg.j2 dest=/tmp/hvm-check.cfg"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cfg = on_host(host, "cat /tmp/hvm-check.cfg").stdout
+    assert 'type = "hvm"' in cfg and 'serial = "pty"' in cfg and "console=ttyS0" in cfg
+    parsed = on_host(host, "xl -N create /tmp/hvm-check.cfg 2>&1", check=False).stdout
+    assert '"type": "hvm"' in parsed and "console=ttyS0" in parsed, parsed
+    assert "hvbench-hvm-check" not in on_host(host, "xl list").stdout
 
 
 def test_second_provision_changes_nothing(host):

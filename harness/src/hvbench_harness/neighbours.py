@@ -9,13 +9,17 @@ meta.json `noise`.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
+import time
 from pathlib import Path
 
 from hvbench_agent import neighbours
 from hvbench_agent.neighbours import Group, Load, NoiseError, cpu_list, parse_cpus
 
 from hvbench_harness.parts import RunError, log
+from hvbench_harness.testbed import TestbedError
 
 
 def check_request(args) -> tuple[Group, ...]:
@@ -129,3 +133,121 @@ class LocalNoise:
 def bogo_rate(group: dict) -> float:
     """A load's bogo-ops per second of wall-clock time, summed over its stressors."""
     return sum(m.get("bogo-ops-per-second-real-time", 0) for m in group.get("metrics", []))
+
+
+# What the hypervisor holds a neighbour in for each state; a load's VM runs.
+HELD = {"absent": "absent", "shutdown": "shutdown", "paused": "paused", "idle": "running"}
+BOOT_TIMEOUT_S = 900.0  # a neighbour started for the run must answer SSH by then (emulation)
+
+
+def assign(groups: tuple[Group, ...], domains: list[str]) -> list[tuple[str, str]]:
+    """(domain, state) for every provisioned neighbour, in order: the groups' states, then
+    shutdown for those no group names; RunError if the groups ask for more than there are."""
+    states = [g.state for g in groups for _ in range(g.count)]
+    if len(states) > len(domains):
+        raise RunError(
+            f"NOISE asks for {len(states)} neighbours; this testbed has {len(domains)} "
+            "(hvbench_neighbours.count in its inventory, then make provision)"
+        )
+    return list(zip(domains, states + ["shutdown"] * (len(domains) - len(states)), strict=True))
+
+
+class TestbedNoise:
+    """A testbed's neighbour VMs held in their states through the host's agent, and loads
+    (stress-ng, in the guest image) started in them over SSH. stress-ng gets a timeout of its
+    own beyond the run's length, so a lost connection cannot leave a load behind for good."""
+
+    __test__ = False  # not a test class, despite its name
+
+    def __init__(self, testbed, groups: tuple[Group, ...], run_name: str, longest_s: float):
+        self.testbed, self.run_name = testbed, run_name
+        self.machines = dict(testbed.neighbours)
+        self.plan = assign(groups, list(self.machines))
+        self.timeout_s = round(longest_s + 600)
+        self.loads: dict[str, tuple[Group, int]] = {}  # domain → (its load, stress-ng's pid)
+        self.record: dict = {"requested": neighbours.text(groups), "where": "neighbour VMs"}
+        self.stopped = False
+
+    def agent(self, *args: str) -> list[dict]:
+        host = self.testbed.host
+        proc = host.run(host.agent("domains", *args, "--backend", self.testbed.target), root=True)
+        return json.loads(proc.stdout)["domains"]
+
+    def read(self) -> list[dict]:
+        return self.agent("read", *[a for d in self.machines for a in ("--domain", d)])
+
+    def start(self) -> dict:
+        """Every neighbour in its state, the running ones answering, the loads started; the
+        states read back."""
+        for state in dict.fromkeys(HELD.get(s, "running") for _, s in self.plan):
+            names = [d for d, s in self.plan if HELD.get(s, "running") == state]
+            self.agent("hold", "--state", state, *[a for d in names for a in ("--domain", d)])
+        for domain, state in self.plan:
+            if HELD.get(state) is None or state == "idle":
+                wait_until_answering(self.machines[domain])
+            if state in neighbours.LOADS:
+                self.loads[domain] = (Group(1, state), self.start_load(domain, state))
+        self.record |= {
+            "plan": [{"domain": d, "state": s} for d, s in self.plan],
+            "states_at_start": self.read(),
+        }
+        log(f"noise: {self.record['requested']} over {len(self.plan)} neighbour VM(s)")
+        return self.record
+
+    def files(self, domain: str) -> tuple[str, str]:
+        base = f"/tmp/hvbench-noise-{self.run_name}-{domain}"
+        return f"{base}.yaml", f"{base}.log"
+
+    def start_load(self, domain: str, state: str) -> int:
+        yaml_out, log_out = self.files(domain)
+        cmd = neighbours.command(Group(1, state), None, Path("/tmp"), Path(yaml_out))
+        cmd[cmd.index("--timeout") + 1] = f"{self.timeout_s}s"
+        script = f"nohup {shlex.join(cmd)} >{log_out} 2>&1 </dev/null & echo $!"
+        return int(self.machines[domain].run(["sh", "-c", script], root=True).stdout.split()[-1])
+
+    def stop(self) -> None:
+        """Stop the loads (SIGINT: stress-ng writes its metrics) and read the states back."""
+        if self.stopped:
+            return
+        self.stopped = True
+        done = []
+        for domain, (group, pid) in self.loads.items():
+            done.append({"domain": domain, "group": str(group), **self.stop_load(domain, pid)})
+        self.record["loads"] = done
+        try:
+            self.record["states_at_end"] = self.read()
+        except TestbedError as e:
+            self.record["states_at_end"] = {"error": str(e)}
+        rates = [f"{g['domain']} {bogo_rate(g):.0f} bogo-ops/s" for g in done]
+        log("noise stopped" + (": " + ", ".join(rates) if rates else ""))
+
+    def stop_load(self, domain: str, pid: int) -> dict:
+        machine, (yaml_out, log_out) = self.machines[domain], self.files(domain)
+        script = (
+            f"kill -INT {pid} 2>/dev/null; i=0; while kill -0 {pid} 2>/dev/null && "
+            f"[ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; kill -0 {pid} 2>/dev/null && "
+            f"kill -KILL {pid}; cat {yaml_out}; echo {SEPARATOR}; cat {log_out}; "
+            f"rm -f {yaml_out} {log_out}"
+        )
+        try:
+            out = machine.run(["sh", "-c", script], root=True, check=False).stdout
+        except TestbedError as e:
+            return {"error": f"the load could not be stopped or read: {e}"}
+        yaml_text, _, log_text = out.partition(SEPARATOR)
+        return {"metrics": neighbours.parse_metrics(yaml_text, log_text)}
+
+
+SEPARATOR = "--- hvbench: the log follows ---"
+
+
+def wait_until_answering(machine, timeout_s: float = BOOT_TIMEOUT_S) -> None:
+    """Until the neighbour answers over SSH (it has booted); RunError after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            machine.run(["true"], timeout=60)
+            return
+        except TestbedError as e:
+            if time.monotonic() > deadline:
+                raise RunError(f"{machine.name} did not answer in {timeout_s:.0f} s: {e}") from None
+            time.sleep(5)

@@ -209,9 +209,9 @@ def measure(
     log(f"Flink job running ({started}), answered the probe in {ready_s:.1f} s")
     parts.on_teardown(lambda: reset_scheduler(target, parts))  # also after a failed apply
     meta_doc["sched"] = target.scheduler.apply(setting)
-    if args.noise:
-        enter(meta_doc, "starting the neighbours")
-        meta_doc["noise"] = target.start_noise(parts)
+    enter(meta_doc, "starting the neighbours")
+    if (noise := target.start_noise(parts)) is not None:
+        meta_doc["noise"] = noise
     if args.baseline:
         enter(meta_doc, "measuring the noise floor")
         meta_doc["baseline"] = target.noise_floor(setting, args.baseline_s)
@@ -224,8 +224,7 @@ def measure(
     steal = drain(args, target, parts, (job, consumer, producers), lines, meta_doc)
     if args.trace:
         target.stop_trace()
-    if args.noise:
-        target.stop_noise()
+    target.stop_noise()
     if steal is not None:
         meta_doc["steal_while_sending"] = steal
     meta_doc["sched_at_end"] = target.scheduler.read()

@@ -27,7 +27,7 @@ from hvbench_load.broker import KafkaBroker
 import tsc_timer
 from hvbench_harness import readiness
 from hvbench_harness.hosttrace import HostTrace
-from hvbench_harness.neighbours import LocalNoise
+from hvbench_harness.neighbours import LocalNoise, TestbedNoise, assign
 from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, tail
 from hvbench_harness.testbed import HostScheduler, Machine, Testbed, TestbedError, resolve
 
@@ -153,16 +153,19 @@ class BareTarget:
             }
         }
 
-    def start_noise(self, parts: Parts) -> dict:
+    def start_noise(self, parts: Parts) -> dict | None:
         """NOISE: the loads as processes here, on the CPUs NOISE_CPUS names."""
         args = self.args
+        if not args.noise:
+            return None
         groups = neighbours.parse(args.noise)
         self.noise = LocalNoise(groups, args.noise_cpu_list, args.noise_cpus, Path(self.paths.work))
         parts.on_teardown(self.noise.stop)
         return self.noise.start()
 
     def stop_noise(self) -> None:
-        self.noise.stop()
+        if self.noise is not None:
+            self.noise.stop()
 
     def start_trace(self, parts: Parts) -> None:
         """TRACE=1: the kernel's sched events of the job's record-handling threads, from now
@@ -255,6 +258,7 @@ class TestbedTarget:
         self.broker_lines = None
         self.broker_faults: list[dict] = []
         self.trace: HostTrace | None = None
+        self.noise: TestbedNoise | None = None
         self.hz = 0.0  # the messaging VM's TSC (calibrate)
         log(
             f"testbed: host {self.testbed.host.ssh[-1]}, messaging VM, real-time VM "
@@ -265,7 +269,9 @@ class TestbedTarget:
         return {self.messaging, self.realtime}
 
     def check(self, setting: Setting, require: list[str]) -> None:
-        """Admission and the domain on the host, then every machine's readiness."""
+        """The neighbours asked for, admission and the domain on the host, then every
+        machine's readiness."""
+        assign(neighbours.parse(self.args.noise), [d for d, _ in self.testbed.neighbours])
         self.scheduler.check(setting)
         self.readiness = check_readiness(*readiness.check_testbed(self.testbed, require), self.args)
 
@@ -273,6 +279,7 @@ class TestbedTarget:
         return {
             "inputs": {"inventory": str(Path(self.args.inventory).resolve())},
             "hypervisor": self.hypervisor(),
+            "guests": self.guests(),
             "readiness": self.readiness,
             "placement": {
                 "kafka, producers, consumer": self.messaging.name,
@@ -291,6 +298,20 @@ class TestbedTarget:
             keep = ("version", "changeset", "build", "commandline", "scheduler")
             return {"name": "xen", **{k: found.get(k) for k in keep}}
         return {"name": self.name, **found}
+
+    def guests(self) -> list[dict]:
+        """Every guest on the host as the hypervisor has it before the run: state, vCPUs and
+        the host CPUs they are pinned to; on Xen also the guest's type (pv, pvh, hvm) and
+        cpupool."""
+        names = [self.testbed.messaging_domain, self.testbed.realtime_domain]
+        names += [domain for domain, _ in self.testbed.neighbours]
+        host = self.testbed.host
+        args = ["domains", "read", "--backend", self.name]
+        args += [a for name in names if name for a in ("--domain", name)]
+        proc = host.run(host.agent(*args), root=True, check=False)
+        if proc.returncode != 0:
+            return [{"error": proc.stderr.strip() or "hvbench-agent domains read failed"}]
+        return json.loads(proc.stdout)["domains"]
 
     def calibrate(self, parts: Parts) -> tuple[tsc_timer.Calibration, dict]:
         """The TSC calibration in the messaging VM, which stamps both ends."""
@@ -346,6 +367,26 @@ class TestbedTarget:
 
     def job_prefix(self) -> list[str]:
         return []  # the real-time VM's vCPUs are pinned by its inventory
+
+    def start_noise(self, parts: Parts) -> dict | None:
+        """NOISE: every neighbour VM held as asked (those not named shut down), loads started
+        in them; without NOISE they are left as they are, and their states recorded."""
+        if not self.testbed.neighbours:
+            return None
+        args = self.args
+        longest_s = -(-args.records // 6) * args.send_ms / 1000 + args.warmup + args.drain
+        self.noise = TestbedNoise(
+            self.testbed, neighbours.parse(args.noise), Path(self.work).name, longest_s
+        )
+        if not args.noise:
+            return {"requested": "", "where": "neighbour VMs, left as they were",
+                    "states_at_start": self.noise.read()}  # fmt: skip
+        parts.on_teardown(self.noise.stop)
+        return self.noise.start()
+
+    def stop_noise(self) -> None:
+        if self.noise is not None and self.args.noise:
+            self.noise.stop()
 
     def job_placement(self) -> dict:
         return {}

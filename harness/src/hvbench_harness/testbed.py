@@ -143,6 +143,8 @@ class Testbed:
     target: str = "kvm"  # the hypervisor: kvm or xen
     realtime_pool: str = ""  # xen: the real-time VM's cpupool
     messaging_domain: str = ""  # the messaging VM's name on the host (libvirt or xl)
+    # the neighbour VMs (make provision, hvbench_neighbours): their domain names and machines
+    neighbours: tuple[tuple[str, Machine], ...] = ()
 
     @classmethod
     def from_json(cls, doc: dict) -> Testbed:
@@ -157,7 +159,12 @@ class Testbed:
                 agent_command=("hvbench-agent",) if role == "host" else (),
             )
 
+        neighbours = tuple(
+            (conn["name"], Machine(name=f"neighbour ({conn['name']})", ssh=ssh_command(conn)))
+            for conn in doc.get("neighbours", [])
+        )
         return cls(
+            neighbours=neighbours,
             host=machine("host"),
             messaging=machine("messaging"),
             realtime=machine("realtime"),

@@ -10,6 +10,8 @@
     hvbench-agent tether -- COMMAND [ARG ...]
     hvbench-agent trace --backend kvm|xen --domain NAME --out FILE [--clock-of DOMAIN]
     hvbench-agent noise --seconds S --csv FILE
+    hvbench-agent domains read|hold --backend kvm|xen --domain NAME [--domain NAME ...]
+                  [--state absent|shutdown|paused|running]
 
 Output is JSON on standard output. A refused setting or action exits 2 with the reason on
 standard error; nothing was left changed.
@@ -61,7 +63,23 @@ def parser() -> argparse.ArgumentParser:
     floor = sub.add_parser("noise", help="the noise floor here: cyclictest, no setting of its own")
     floor.add_argument("--seconds", type=float, required=True)
     floor.add_argument("--csv", required=True, help="where every kept wake-up (µs) goes")
+    domains = sub.add_parser("domains", help="neighbour VMs: hold them in a state, read it")
+    domains.add_argument("verb", choices=("read", "hold"))
+    domains.add_argument("--backend", required=True, choices=("kvm", "xen"))
+    domains.add_argument("--domain", action="append", required=True, help="once per domain")
+    domains.add_argument("--state", help="hold: absent, shutdown, paused or running")
     return p
+
+
+def domains_command(args: argparse.Namespace) -> dict:
+    """Each domain held in the state (hold), or as it is (read): the hypervisor's readback."""
+    from . import domains
+
+    if args.verb == "hold":
+        if not args.state:
+            raise Refused("hold needs --state")
+        return {"domains": [domains.hold(args.backend, d, args.state) for d in args.domain]}
+    return {"domains": [domains.read(args.backend, d) for d in args.domain]}
 
 
 def sched_command(args: argparse.Namespace) -> dict:
@@ -143,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             return vmtrace.run(args.backend, args.domain, Path(args.out), args.clock_of)
         elif args.command == "noise":
             out = noise_command(args)
+        elif args.command == "domains":
+            out = domains_command(args)
         else:
             out = facts.collect(args.sections, args.model)
     except Refused as e:

@@ -188,6 +188,15 @@ def _guest_cpus(dom) -> set[int]:
     return cpus
 
 
+def _sharing(dom, cpus: set[int]) -> list[str]:
+    """The other running domains pinned to any of `cpus` (neighbour VMs placed there)."""
+    return [
+        other.name()
+        for other in dom.connect().listAllDomains(1)  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
+        if other.name() != dom.name() and cpus & set().union(*vcpu_pins(other))
+    ]
+
+
 def _admission(setting: Setting, vcpus: int, partition_cpus: int) -> None:
     """The kernel's deadline admission test for the VM's own root domain (the partition,
     new and so holding no other deadline thread)."""
@@ -224,6 +233,13 @@ def check(dom, setting: Setting) -> None:
         raise Refused(f"SCHED=deadline needs the cgroup v2 cpuset controller in {top}")
     own = set().union(*vcpu_pins(dom))
     guests = _guest_cpus(dom)
+    sharing = _sharing(dom, own)
+    if sharing:
+        raise Refused(
+            f"SCHED=deadline makes the real-time VM's CPUs ({_cpulist(own)}) a partition of its "
+            f"own, but {', '.join(sharing)} runs on them: place the neighbours elsewhere "
+            "(hvbench_neighbours.placement) or shut them down first"
+        )
     host_cpus = set(range(os.cpu_count() or 1))
     if not host_cpus - guests:
         raise Refused(

@@ -59,3 +59,31 @@ def test_none_is_no_neighbours_and_the_text_is_recorded_normalised():
 def test_make_run_refuses_before_anything_starts(capsys):
     assert run.main(["NOISE=3:paused", "--validate-only"]) == 1
     assert "a VM's state" in capsys.readouterr().err
+
+
+def test_each_provisioned_neighbour_gets_a_state_in_order_the_rest_shut_down():
+    groups = neighbours.neighbours.parse("1:cpu,1:paused")
+    domains = ["n-0", "n-1", "n-2"]
+    assert neighbours.assign(groups, domains) == [
+        ("n-0", "cpu"),
+        ("n-1", "paused"),
+        ("n-2", "shutdown"),
+    ]
+    with pytest.raises(RunError, match="NOISE asks for 4 neighbours; this testbed has 3"):
+        neighbours.assign(neighbours.neighbours.parse("4:idle"), domains)
+
+
+def test_the_testbed_file_names_the_neighbours_and_how_to_reach_them():
+    from hvbench_harness.testbed import Testbed
+
+    def conn(name: str, address: str) -> dict:
+        return {"name": name, "address": address, "private_address": address, "user": "root"}
+
+    doc = {
+        "target": "kvm", "host": conn("h", "lab"), "messaging": conn("m", "10.0.0.10"),
+        "realtime": conn("r", "10.0.0.11"), "realtime_domain": "r", "install_dir": "/opt",
+        "work_dir": "/w", "neighbours": [conn("hvbench-neighbour-0", "10.0.0.20")],
+    }  # fmt: skip
+    ((domain, machine),) = Testbed.from_json(doc).neighbours
+    assert domain == "hvbench-neighbour-0" and machine.ssh[-1] == "root@10.0.0.20"
+    assert Testbed.from_json({**doc, "neighbours": []}).neighbours == ()
