@@ -3,8 +3,10 @@ one comparison, in the second reference study's layout (Mean, Min, Max, SD, % ov
 deadline), with intervals over repetitions."""
 
 import argparse
+import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from hvbench_analysis import tables
 from hvbench_analysis.load import load_runs, run_dirs
@@ -21,7 +23,7 @@ NOISES = {
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+def runs(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
     for name, requested in NOISES.items():
         for rep in (1, 2):
@@ -29,11 +31,23 @@ def measured(tmp_path_factory):
             latency = np.arange(1, 101) * scale * MS // 10 + rep * MS
             write_run(results / f"{name}-{rep}", latency, rep=rep, requested=requested)
     write_run(results / "old", np.full(10, 5 * MS))  # before schema 5: no neighbours at all
-    return load_runs(run_dirs(results)).measured
+    for rep, rate in ((1, 1900.0), (2, 2100.0)):  # what stress-ng reported, as the harness keeps it
+        meta_file = results / f"on-job-{rep}" / "meta.json"
+        meta = json.loads(meta_file.read_text())
+        metrics = [{"stressor": "cpu", "bogo-ops-per-second-real-time": rate}]
+        meta["noise"] = {"groups": [{"group": "1:cpu", "metrics": metrics}]}
+        meta_file.write_text(json.dumps(meta))
+    return load_runs(run_dirs(results))
 
 
-def test_one_row_per_neighbours_with_the_studys_columns(measured):
-    table = tables.interference_table(measured, deadline_ms=100)
+@pytest.fixture(scope="module")
+def measured(runs):
+    return runs.measured
+
+
+def test_one_row_per_neighbours_with_the_studys_columns(runs, measured):
+    work = dict(zip(runs.runs["run_id"], runs.runs["noise_work"], strict=True))
+    table = tables.interference_table(measured, deadline_ms=100, noise_work=work)
     rows = {r["Neighbours"]: r for _, r in table.iterrows()}
     assert set(rows) == {
         "none (job on CPU 1)",
@@ -51,13 +65,15 @@ def test_one_row_per_neighbours_with_the_studys_columns(measured):
     assert on_job["% > 100 ms"] == pytest.approx(100 * np.mean(values > 100))
     assert on_job["Runs"] == 2 and on_job["Mean over runs (ms) [95 % CI]"].startswith("153.00 [")
     assert rows["none"]["Runs"] == 1 and rows["none"]["% > 100 ms"] == 0
+    assert on_job["Load work (bogo-ops/s)"] == pytest.approx(2000.0)
+    assert pd.isna(rows["none"]["Load work (bogo-ops/s)"])
 
 
-def test_the_section_overlays_each_configuration_by_its_neighbours(measured, tmp_path):
+def test_the_section_overlays_each_configuration_by_its_neighbours(runs, tmp_path):
     page = Page("t")
     dirs = OutDirs(tmp_path / "figures", tmp_path / "tables", tmp_path / "hdr")
     args = argparse.Namespace(deadline_ms=None, seed=0, xlim_ms=None)
-    interference_section(page, measured, args, dirs)
+    interference_section(page, runs, args, dirs)
     html = page.render()
     assert "Interference: latency by neighbours" in html and "DEADLINE_MS" in html
     assert (tmp_path / "tables/interference.tex").exists()
@@ -70,5 +86,5 @@ def test_no_section_without_neighbours(tmp_path):
     page = Page("t")
     dirs = OutDirs(tmp_path / "f", tmp_path / "t", tmp_path / "h")
     args = argparse.Namespace(deadline_ms=None, seed=0, xlim_ms=None)
-    interference_section(page, load_runs(run_dirs(tmp_path / "r")).measured, args, dirs)
+    interference_section(page, load_runs(run_dirs(tmp_path / "r")), args, dirs)
     assert "Interference" not in page.render()

@@ -258,7 +258,23 @@ def facts(meta: dict) -> dict:
         "faults": "; ".join(fault_text(fault) for fault in faults_of(meta)),
         "flags": ", ".join(quality_flags(meta)),
         "problems": "; ".join(problems_of(meta)),
+        "noise_work": noise_work(meta),
     }
+
+
+def noise_work(meta: dict) -> float | None:
+    """The work the run's loads did: stress-ng's bogo-ops per second of wall-clock time, summed
+    over every load (bare: its groups; a testbed: its neighbour VMs); None without loads."""
+    noise = meta.get("noise") or {}
+    loads = noise.get("groups") or noise.get("loads") or []
+    rates = [
+        m.get("bogo-ops-per-second-real-time")
+        for load in loads
+        for m in load.get("metrics") or []
+        if isinstance(m, dict)
+    ]
+    rates = [r for r in rates if isinstance(r, int | float)]
+    return float(sum(rates)) if rates else None
 
 
 def problems_of(meta: dict) -> list[str]:

@@ -214,11 +214,15 @@ def neighbours_text(tags: dict) -> str:
 
 
 def interference_table(
-    measured: pd.DataFrame, deadline_ms: float | None, seed: int = 0
+    measured: pd.DataFrame,
+    deadline_ms: float | None,
+    seed: int = 0,
+    noise_work: dict[str, float | None] | None = None,
 ) -> pd.DataFrame:
     """The second reference study's layout, per configuration and neighbours: Mean, Min, Max,
     SD (ms) and the % of records over the deadline, repetitions pooled; with repetitions, the
-    mean over runs of each run's mean and maximum with 95 % bootstrap intervals."""
+    mean over runs of each run's mean and maximum with 95 % bootstrap intervals. With
+    `noise_work` (run id → its loads' bogo-ops per second), their mean over the runs."""
     rng = np.random.default_rng(seed)
     rows = []
     for tags, group in by_config(measured):
@@ -239,6 +243,9 @@ def interference_table(
         if len(run_means) > 1:
             row["Mean over runs (ms) [95 % CI]"] = mean_with_ci(run_means, rng)
             row["Mean max (ms) [95 % CI]"] = mean_with_ci(run_max, rng)
+        work = [(noise_work or {}).get(run_id) for run_id in group["run_id"].unique()]
+        work = [w for w in work if w is not None and not pd.isna(w)]
+        row["Load work (bogo-ops/s)"] = float(np.mean(work)) if work else None
         rows.append(row)
     table = pd.DataFrame(rows)
     return table.sort_values(["Configuration"], kind="stable", ignore_index=True)

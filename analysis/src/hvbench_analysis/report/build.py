@@ -74,7 +74,7 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     campaign_section(page, results, dirs.tables, runs, picked=bool(names))
     percentile_section(page, measured, flags_by_run(runs), args, dirs)
     max_section(page, measured, args, dirs)
-    interference_section(page, measured, args, dirs)
+    interference_section(page, runs, args, dirs)
     bound_section(page, runs, dirs)
     intended_section(page, measured, dirs)
     stage_section(page, measured, args, dirs)

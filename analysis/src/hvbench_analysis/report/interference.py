@@ -8,18 +8,18 @@ import argparse
 import pandas as pd
 
 from hvbench_analysis import figures, tables
-from hvbench_analysis.load import config_label
+from hvbench_analysis.load import Runs, config_label
 from hvbench_analysis.report.page import OutDirs, Page, safe_name, table_with_note
 
 
-def interference_section(
-    page: Page, measured: pd.DataFrame, args: argparse.Namespace, dirs: OutDirs
-) -> None:
+def interference_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutDirs) -> None:
     """Only when some run had neighbours or held the job to some CPUs."""
+    measured = runs.measured
     if not measured[list(tables.NOISE_TAGS)].astype(str).ne("").any().any():
         return
     page.h(2, "Interference: latency by neighbours")
-    table = tables.interference_table(measured, args.deadline_ms, args.seed)
+    work = dict(zip(runs.runs["run_id"], runs.runs["noise_work"], strict=True))
+    table = tables.interference_table(measured, args.deadline_ms, args.seed, work)
     deadline = (
         f" % > {args.deadline_ms:g} ms: share of records later than the deadline (DEADLINE_MS)."
         if args.deadline_ms is not None
@@ -33,8 +33,10 @@ def interference_section(
         "Mean, Min, Max and SD over every measured record of the configuration's runs "
         "(pooled); with repetitions, the mean over runs of each run's mean and maximum with "
         f"95 % bootstrap intervals.{deadline} Neighbours: COUNT:STATE as the runs asked for "
-        "them (NOISE), and where their loads ran (NOISE_CPUS); what each did is in the run's "
-        "meta.json `noise`.",
+        "them (NOISE), and where their loads ran (NOISE_CPUS). Load work: what the loads did, "
+        "stress-ng's bogo-ops per second summed over them, mean over the runs (comparable "
+        "between runs of the same loads on one machine); each run's meta.json `noise` has "
+        "the rest.",
     )
     for base, members in by_base(measured):
         if len(members) < 2:
