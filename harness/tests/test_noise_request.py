@@ -25,6 +25,7 @@ def request(*words: str):
         (["JOB_CPUS=x"], "is not a CPU list"),
         (["TARGET=kvm", "NOISE=1:cpu", "JOB_CPUS=2"], "JOB_CPUS: for the bare target"),
         (["TARGET=xen", "NOISE=1:cpu", "NOISE_CPUS=apart"], "NOISE_CPUS: for the bare target"),
+        (["TARGET=kvm", "NOISE=1:workload"], "runs on the bare target only for now"),
     ],
 )
 def test_a_placement_or_state_that_cannot_be_is_refused_first(words, message):

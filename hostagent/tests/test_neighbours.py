@@ -14,7 +14,7 @@ def test_noise_text_is_groups_of_count_and_state():
     assert groups == (Group(2, "cpu"), Group(1, "membw"))
     assert neighbours.text(groups) == "2:cpu,1:membw"
     assert neighbours.parse(None) == neighbours.parse("") == neighbours.parse("none") == ()
-    assert [g.is_load for g in neighbours.parse("1:paused,1:io")] == [False, True]
+    assert [g.is_load for g in neighbours.parse("1:paused,1:io,2:workload")] == [False, True, False]
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Noisy neighbours on the bare target for real: a short run with a CPU and a memory-bandwidth
-load (stress-ng) on the job's CPU, every record accounted for, where the loads and the job ran
-read back and the loads' own work in meta.json."""
+load (stress-ng) and a second copy of the whole workload on the job's CPU, every record
+accounted for, where the loads and the jobs ran read back and the neighbours' own work in
+meta.json."""
 
 import json
 import os
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.integration
 def noisy_run(small_data, small_model, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("noise")
     job_cpu = str(max(os.sched_getaffinity(0)))
-    extra = ("--run-id", "noisy", "--noise", "1:cpu,1:membw", "--job-cpus", job_cpu)
+    extra = ("--run-id", "noisy", "--noise", "1:cpu,1:membw,1:workload", "--job-cpus", job_cpu)
     code = run.main(run_args(tmp_path, small_data[0], small_model, *extra, records=240))
     return code, tmp_path, tmp_path / "results" / "noisy", job_cpu
 
@@ -28,7 +29,7 @@ def test_a_run_with_neighbours_on_the_jobs_cpu_accounts_for_every_record(noisy_r
     meta = json.loads((results / "meta.json").read_text())
     assert meta["counts"]["sent"] == meta["counts"]["received"] == 240
     assert meta["counts"]["accounted"]
-    assert meta["requested"]["noise"] == "1:cpu,1:membw"
+    assert meta["requested"]["noise"] == "1:cpu,1:membw,1:workload"
     assert leftover_processes(tmp_path) == []
 
 
@@ -38,15 +39,17 @@ def test_where_the_job_and_the_loads_ran_is_read_back(noisy_run):
     assert meta["job_cpus"] == {"requested": job_cpu, "jvm_readback": job_cpu}
     noise = meta["noise"]
     assert (noise["where"], noise["cpus"]) == ("job", job_cpu)
-    for group in noise["groups"]:
+    loads, (copy,) = noise["groups"][:2], noise["groups"][2:]
+    for group in loads:
         assert list(group["placement"]["stressors"].values()) == [job_cpu]
+    assert copy["job_cpus"] == {"requested": job_cpu, "jvm_readback": job_cpu}
 
 
 def test_the_loads_own_work_is_recorded(noisy_run):
     _, _, results, _ = noisy_run
     noise = json.loads((results / "meta.json").read_text())["noise"]
     by_group = {g["group"]: g for g in noise["groups"]}
-    assert set(by_group) == {"1:cpu", "1:membw"}
+    assert set(by_group) == {"1:cpu", "1:membw", "1:workload"}
     for group, stressor in (("1:cpu", "cpu"), ("1:membw", "stream")):
         done = by_group[group]
         assert done["exit_code"] == 0 and not done["ended_before_the_run"]
@@ -56,8 +59,20 @@ def test_the_loads_own_work_is_recorded(noisy_run):
     assert {"noise-0.log", "noise-1.log"} <= {p.name for p in (results / "logs").iterdir()}
 
 
+def test_the_workload_copy_ran_beside_the_run_and_was_stopped_with_it(noisy_run):
+    """The second copy of the workload sent and received records of its own until the run
+    stopped it, and wrote what it measured as an interrupted run does."""
+    _, _, results, _ = noisy_run
+    noise = json.loads((results / "meta.json").read_text())["noise"]
+    copy = next(g for g in noise["groups"] if g["group"] == "1:workload")
+    assert copy["exit_code"] == 130 and copy["status"]["state"] == "interrupted"
+    assert copy["counts"]["received"] > 0 and copy["records_per_s"] > 0
+    assert copy["latency"]["n"] > 0
+    assert "workload-2-0.log" in {p.name for p in (results / "logs").iterdir()}
+
+
 def test_the_report_names_the_run_by_its_neighbours(noisy_run):
     _, _, results, job_cpu = noisy_run
     runs = load_runs([results])
     label = config_label(runs.runs.iloc[0])
-    assert label.endswith(f"job on CPU {job_cpu} noise 1:cpu,1:membw on the job's CPUs")
+    assert label.endswith(f"job on CPU {job_cpu} noise 1:cpu,1:membw,1:workload on the job's CPUs")

@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from hvbench_agent import neighbours
-from hvbench_agent.neighbours import Group, Load, NoiseError, cpu_list, parse_cpus
+from hvbench_agent.neighbours import WORKLOAD, Group, Load, NoiseError, cpu_list, parse_cpus
 
-from hvbench_harness.parts import RunError, log
+from hvbench_harness.parts import RunError, log, tail
 from hvbench_harness.testbed import TestbedError
 
 
@@ -32,6 +35,11 @@ def check_request(args) -> tuple[Group, ...]:
     except NoiseError as e:
         raise RunError(str(e)) from None
     args.noise = neighbours.text(groups) or None  # "none" and "" are no neighbours
+    if args.target != "bare" and any(g.state == WORKLOAD for g in groups):
+        raise RunError(
+            "NOISE workload: a second copy of the workload runs on the bare target only for "
+            "now; a testbed's neighbour VMs have no workload installed"
+        )
     if args.target != "bare":
         placed = [
             name
@@ -47,11 +55,11 @@ def check_request(args) -> tuple[Group, ...]:
                 "neighbours are placed by its inventory (make provision)"
             )
         return groups
-    vm_states = [str(g) for g in groups if not g.is_load]
+    vm_states = [str(g) for g in groups if g.state in neighbours.VM_STATES]
     if vm_states:
         raise RunError(
             f"NOISE {', '.join(vm_states)}: a VM's state; on the bare target a neighbour is a "
-            f"process running a load ({', '.join(neighbours.LOADS)})"
+            f"process running a load ({', '.join(neighbours.LOADS)}) or the {WORKLOAD}"
         )
     if args.job_cpus and args.sched == "deadline":
         raise RunError(
@@ -94,26 +102,33 @@ def noise_cpu_list(
 
 
 class LocalNoise:
-    """The bare target's loads: one stress-ng per group, on `cpus` (None: any CPU)."""
+    """The bare target's neighbours: one stress-ng per group of loads, or a second run of the
+    whole pipeline per workload copy, on `cpus` (None: any CPU)."""
 
-    def __init__(self, groups: tuple[Group, ...], cpus: str | None, where: str, work: Path):
-        self.loads = [Load(g, cpus, work, f"noise-{i}") for i, g in enumerate(groups)]
+    def __init__(self, groups: tuple[Group, ...], cpus: str | None, args, work: Path):
+        self.parts: list[Load | WorkloadCopy] = []
+        for i, group in enumerate(groups):
+            if group.state == WORKLOAD:
+                self.parts += [WorkloadCopy(args, cpus, work, f"workload-{i}-{k}")
+                               for k in range(group.count)]  # fmt: skip
+            else:
+                self.parts.append(Load(group, cpus, work, f"noise-{i}"))
         self.record: dict = {
             "requested": neighbours.text(groups),
-            "where": where,
+            "where": args.noise_cpus,
             "cpus": cpus or "any",
             "groups": [],
         }
         self.stopped = False
 
     def start(self) -> dict:
-        """Start every load; the record (meta.json `noise`), which stop() completes."""
-        for load in self.loads:
-            load.start()
-        self.record["groups"] = [{"placement": load.placement()} for load in self.loads]
-        for load, group in zip(self.loads, self.record["groups"], strict=True):
-            if not load.alive():
-                group["placement"]["error"] = "stress-ng ended at once (its log is kept)"
+        """Start every neighbour; the record (meta.json `noise`), which stop() completes."""
+        for part in self.parts:
+            part.start()  # a part that fails to start leaves those before it to stop()
+            self.record["groups"].append({"placement": part.placement()})
+        for part, group in zip(self.parts, self.record["groups"], strict=True):
+            if not part.alive():
+                group["placement"]["error"] = "it ended at once (its log is kept)"
         log(f"noise: {self.record['requested']} on CPUs {self.record['cpus']}")
         return self.record
 
@@ -121,13 +136,88 @@ class LocalNoise:
         if self.stopped:
             return
         self.stopped = True
-        for load, group in zip(self.loads, self.record["groups"], strict=True):
-            group.update(load.stop())
-        done = [f"{g['group']} {bogo_rate(g):.0f} bogo-ops/s" for g in self.record["groups"]]
-        log("noise stopped: " + ", ".join(done))
+        for part, group in zip(self.parts, self.record["groups"], strict=False):
+            group.update(part.stop())  # the parts that started
+        log("noise stopped: " + ", ".join(work_text(g) for g in self.record["groups"]))
 
-    def logs(self) -> list[Path]:
-        return [load.log for load in self.loads if load.log.exists()]
+
+def work_text(group: dict) -> str:
+    """What one neighbour did, for the log."""
+    if group.get("stressor") == WORKLOAD:
+        return f"{group['group']} {group.get('records_per_s') or 0:.0f} records/s"
+    return f"{group['group']} {bogo_rate(group):.0f} bogo-ops/s"
+
+
+class WorkloadCopy:
+    """A second copy of the whole workload on this machine (the reference study's N workloads):
+    a run of its own (`hvbench_harness.run` in a child process: its own Kafka, job, producers
+    and consumer), its job on the neighbours' CPUs, sending at the run's rate until it is
+    stopped. Stopped with SIGINT, it writes what it measured, as any interrupted run does, and
+    its counts and latency become this neighbour's record."""
+
+    def __init__(self, args, cpus: str | None, work: Path, name: str):
+        self.name, self.cpus = name, cpus
+        self.run_id = f"{work.name}-{name}"
+        self.results, self.log = work / "neighbours", work / f"{name}.log"
+        self.cmd = [
+            sys.executable, "-m", "hvbench_harness.run", "--run-id", self.run_id,
+            "--results", str(self.results), "--work", str(work / "neighbour-work"),
+            "--records", str(max(args.records * 3, 600)), "--period-ms", str(args.send_ms),
+            "--warmup-s", "0", "--drain-s", "10", "--cpu-latency", "off",
+            "--data", args.data, "--model", args.model, "--kafka-libs", args.kafka_libs,
+            "--connector-dir", args.connector_dir, *(["--force"] if args.force else []),
+            *(["--force-tsc"] if args.force_tsc else []),
+            *(["--job-cpus", cpus] if cpus else []),
+        ]  # fmt: skip
+        self.proc: subprocess.Popen | None = None
+        self.started = 0.0
+
+    def start(self, patience_s: float = 300.0) -> None:
+        """Start it and wait until its producers send; RunError if it ends first."""
+        with open(self.log, "wb") as sink:
+            self.proc = subprocess.Popen(
+                self.cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )  # fmt: skip
+        deadline = time.monotonic() + patience_s
+        while "producers started" not in self.log.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()  # what it started goes, whether it ended or not
+                raise RunError(f"the workload neighbour did not start sending:\n{tail(self.log)}")
+            time.sleep(0.5)
+        self.started = time.monotonic()
+
+    def placement(self) -> dict:
+        return {"run_id": self.run_id, "cpus_requested": self.cpus or "any", "pid": self.proc.pid}
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> dict:
+        """Interrupt it (it tears down and writes its results); its counts and latency."""
+        seconds = time.monotonic() - self.started
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            code = self.proc.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            code = self.proc.wait()
+        done = {"group": f"1:{WORKLOAD}", "stressor": WORKLOAD, "exit_code": code,
+                "seconds": round(seconds, 3)}  # fmt: skip
+        meta_file = self.results / self.run_id / "meta.json"
+        if not meta_file.exists():
+            return done | {"error": f"the workload neighbour wrote no results:\n{tail(self.log)}"}
+        meta = json.loads(meta_file.read_text())
+        counts = meta.get("counts") or {}
+        keep = ("sent", "received", "missing", "accounted")
+        return done | {
+            "status": meta.get("status"),
+            "counts": {k: counts.get(k) for k in keep},
+            "latency": meta.get("latency"),
+            "job_cpus": meta.get("job_cpus"),
+            "records_per_s": round(counts.get("received", 0) / seconds, 1) if seconds else None,
+        }
 
 
 def bogo_rate(group: dict) -> float:

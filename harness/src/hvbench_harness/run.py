@@ -480,6 +480,7 @@ def finish(
     meta_doc["clock"]["job"] = stages.clock_relation(samples, target.job_shares_clock)
     logs = [work / name for name in RUN_LOGS if (work / name).exists()]
     logs += sorted((work / "flink-log").glob("*.log")) + sorted(work.glob("noise-*.log"))
+    logs += sorted(work.glob("workload-*.log"))
     letters = work / "dead_letters.jsonl"
     trace = keep_trace(target, work, meta_doc)
     baseline = work / results_contract.BASELINE

@@ -159,7 +159,7 @@ class BareTarget:
         if not args.noise:
             return None
         groups = neighbours.parse(args.noise)
-        self.noise = LocalNoise(groups, args.noise_cpu_list, args.noise_cpus, Path(self.paths.work))
+        self.noise = LocalNoise(groups, args.noise_cpu_list, args, Path(self.paths.work))
         parts.on_teardown(self.noise.stop)
         return self.noise.start()
 

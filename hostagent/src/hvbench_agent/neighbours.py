@@ -8,8 +8,9 @@ command line, `noise:` in a campaign file):
     2:cpu,1:membw       two running a CPU load, one a memory-bandwidth load
 
 A state is what the hypervisor holds a neighbour VM in (absent and shutdown: not running;
-paused; idle: running, nothing asked of it) or a load it runs (from stress-ng, Debian's
-package). On the bare target a neighbour is a process, so only loads apply there.
+paused; idle: running, nothing asked of it), a load it runs (from stress-ng, Debian's
+package) or `workload`, a second copy of the whole workload. On the bare target a neighbour is
+a process, so only loads and the workload apply there.
 
     groups = parse("2:cpu,1:membw")
     load = Load(groups[0], cpus="1", work=Path("work/run"))
@@ -43,7 +44,10 @@ LOADS = {
     "io": "hdd",  # writes and reads a file in the run's work directory
     "net": "sock",  # TCP over the loopback interface
 }
-STATES = VM_STATES + tuple(LOADS)
+# A second copy of the whole workload (the reference study's N workloads over M VMs): on the
+# bare target a second run of the pipeline, started by the harness.
+WORKLOAD = "workload"
+STATES = (*VM_STATES, *LOADS, WORKLOAD)
 # The STREAM arrays are sized from the last-level cache; a virtual CPU may report a huge one
 # (480 MiB here), so the size stress-ng is told is at most this.
 STREAM_CACHE_MAX = 64 * 1024 * 1024
