@@ -35,26 +35,11 @@ def check_request(args) -> tuple[Group, ...]:
     except NoiseError as e:
         raise RunError(str(e)) from None
     args.noise = neighbours.text(groups) or None  # "none" and "" are no neighbours
-    if args.target != "bare" and any(g.state == WORKLOAD for g in groups):
-        raise RunError(
-            "NOISE workload: a second copy of the workload runs on the bare target only for "
-            "now; a testbed's neighbour VMs have no workload installed"
-        )
-    if args.target != "bare":
-        placed = [
-            name
-            for name, value in (
-                ("JOB_CPUS", args.job_cpus),
-                ("NOISE_CPUS", args.noise_cpus != "job"),
-            )
-            if value
-        ]
-        if placed:
-            raise RunError(
-                f"{' and '.join(placed)}: for the bare target; a testbed's guests and "
-                "neighbours are placed by its inventory (make provision)"
-            )
-        return groups
+    (check_bare if args.target == "bare" else check_testbed)(args, groups)
+    return groups
+
+
+def check_bare(args, groups: tuple[Group, ...]) -> None:
     vm_states = [str(g) for g in groups if g.state in neighbours.VM_STATES]
     if vm_states:
         raise RunError(
@@ -66,7 +51,21 @@ def check_request(args) -> tuple[Group, ...]:
             "SCHED=deadline needs the job's threads free to run on every CPU (the kernel "
             "refuses SCHED_DEADLINE to a thread pinned to some); leave JOB_CPUS unset"
         )
-    return groups
+
+
+def check_testbed(args, groups: tuple[Group, ...]) -> None:
+    if any(g.state == WORKLOAD for g in groups):
+        raise RunError(
+            "NOISE workload: a second copy of the workload runs on the bare target only for "
+            "now; a testbed's neighbour VMs have no workload installed"
+        )
+    given = {"JOB_CPUS": bool(args.job_cpus), "NOISE_CPUS": args.noise_cpus != "job"}
+    placed = [name for name, set_here in given.items() if set_here]
+    if placed:
+        raise RunError(
+            f"{' and '.join(placed)}: for the bare target; a testbed's guests and neighbours "
+            "are placed by its inventory (make provision)"
+        )
 
 
 def bare_noise_cpus(noise_cpus: str, job_cpus: str | None) -> str | None:
