@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 CACHE = Path(os.environ.get("HVBENCH_TEST_CACHE", "/var/cache/hvbench-test"))
 NEIGHBOUR = "hvbench-neighbour-0"
-NEIGHBOURS = {"count": 1, "vcpus": 1, "memory_mb": 512, "disk_gb": 4, "placement": [1]}
+# its disk holds the image's 8 GB file system (a smaller overlay is refused)
+NEIGHBOURS = {"count": 1, "vcpus": 1, "memory_mb": 512, "disk_gb": 8, "placement": [1]}
 # the neighbour VM shares CPU 1 with the messaging VM: on the real-time VM's CPU it would stop
 # SCHED=deadline, which makes that CPU a partition of its own (tested below)
 GUESTS = {
@@ -60,7 +61,6 @@ def small_testbed_vars(key: Path, bundle: Path | None = None) -> dict:
         **({"hvbench_guest_bundle": str(bundle)} if bundle else {}),
         "guest_image_controller_cache": str(CACHE / "images"),
         "hvbench_guests": guests(),
-        "hvbench_neighbours": NEIGHBOURS,
         # The host VM's emulated CPU under TCG: nested guests keep QEMU's default model.
         "guests_kvm_cpu_mode": "",
     }
@@ -78,7 +78,8 @@ def with_workload(inventory: Path, controller: ControllerSSH) -> None:
     # win over the inventory's group_vars/all.yml
     install_dir, run_dir = workload_dirs_of(inventory)
     dirs = {"hvbench_install_dir": str(install_dir), "hvbench_run_dir": str(run_dir)}
-    doc["kvm_hosts"]["hosts"]["testhost"].update(dirs)
+    # the neighbour VM is the inventory's, as on a lab host: make run reads it from there
+    doc["kvm_hosts"]["hosts"]["testhost"].update(dirs, hvbench_neighbours=NEIGHBOURS)
     here = controller.inventory_host(hvbench_private_address="127.0.0.1", **dirs)
     for group in ("messaging_vms", "realtime_vms"):
         doc[group] = {"hosts": {"controller": here}}
