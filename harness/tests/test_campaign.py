@@ -128,6 +128,7 @@ def test_points_with_neighbours_have_names_a_path_takes(tmp_path):
         "p03-1cpu-on-apart",
         "p04-1membw-on-job",
         "p05-1membw-on-apart",
+        "p06-1workload-on-apart",
     ]
     assert campaign.run_argv(c.points[2])[-4:] == ["--noise", "1:cpu", "--noise-cpus", "apart"]
 
