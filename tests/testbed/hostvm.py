@@ -471,6 +471,9 @@ class HostVM:
                                 "ansible_user": "root",
                                 "ansible_ssh_private_key_file": str(self.key),
                                 "ansible_ssh_common_args": " ".join(self.ssh_options()[2:]),
+                                # the key the guests trust: make run reaches the neighbour
+                                # VMs with it, reading only the inventory
+                                "hvbench_ssh_public_key_file": str(self.key.with_suffix(".pub")),
                                 # Ansible's default without -C: over this local link,
                                 # compressing the bundle's wheels only costs the emulated
                                 # host CPU time to inflate them

@@ -330,13 +330,16 @@ SEPARATOR = "--- hvbench: the log follows ---"
 
 
 def wait_until_answering(machine, timeout_s: float = BOOT_TIMEOUT_S) -> None:
-    """Until the neighbour answers over SSH (it has booted); RunError after timeout_s."""
+    """Until the neighbour answers over SSH (it has booted); RunError after timeout_s, or at
+    once when it answers but refuses the key (no boot will change that)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             machine.run(["true"], timeout=60)
             return
         except TestbedError as e:
+            if "Permission denied" in str(e):
+                raise RunError(f"{machine.name} refuses the testbed's SSH key: {e}") from None
             if time.monotonic() > deadline:
                 raise RunError(f"{machine.name} did not answer in {timeout_s:.0f} s: {e}") from None
             time.sleep(5)
