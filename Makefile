@@ -74,10 +74,12 @@ BUNDLE_DIR    = $(GUEST_BUNDLE:.tar=)
 # The third-party packages the guest roles install (roles/kafka, flink, job, producers); their
 # dependencies come along, pinned by constraints.txt. async-timeout: the guests run Debian 12's
 # Python 3.11.2, for which redis (from apache-beam) needs it; pip here resolves for this Python.
-GUEST_PACKAGES := apache-flink ai-edge-litert confluent-kafka numpy pandas async-timeout
-GUEST_SOURCES  := $(shell find flink-job/src producers/src tsc_timer/src -type f \
-	-not -path '*/__pycache__/*' -not -path '*.egg-info/*' -not -name '*.so' 2>/dev/null) \
-	flink-job/pyproject.toml producers/pyproject.toml tsc_timer/pyproject.toml
+# pyyaml: the harness, which a neighbour VM with a copy of the workload runs.
+GUEST_PACKAGES := apache-flink ai-edge-litert confluent-kafka numpy pandas async-timeout pyyaml
+GUEST_SOURCES  := $(shell find flink-job/src producers/src tsc_timer/src harness/src analysis/src \
+	-type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' -not -name '*.so' 2>/dev/null) \
+	flink-job/pyproject.toml producers/pyproject.toml tsc_timer/pyproject.toml \
+	harness/pyproject.toml analysis/pyproject.toml
 
 # Quiet TensorFlow's C++ start-up chatter; one BLAS thread keeps inference latency steady.
 export TF_CPP_MIN_LOG_LEVEL := 2
@@ -209,7 +211,7 @@ $(GUEST_BUNDLE): $(STAMP) $(AGENT_WHEEL) $(KAFKA_LIBS)/.resolved $(FLINK_LIB)/.r
 	rm -rf $(BUNDLE_DIR) && mkdir -p $(BUNDLE_DIR)/kafka $(BUNDLE_DIR)/flink $(BUNDLE_DIR)/data
 	$(VENV)/bin/pip wheel -q --disable-pip-version-check -w $(BUNDLE_DIR)/wheels -c constraints.txt $(GUEST_PACKAGES)
 	$(VENV)/bin/pip wheel -q --disable-pip-version-check --no-deps -w $(BUNDLE_DIR)/wheels \
-		./flink-job ./tsc_timer ./producers
+		./flink-job ./tsc_timer ./producers ./harness ./analysis
 	cp build/agent/*.whl constraints.txt $(BUNDLE_DIR)/wheels/
 	cp -r $(KAFKA_LIBS) $(BUNDLE_DIR)/kafka/libs && cp -r $(FLINK_LIB) $(BUNDLE_DIR)/flink/lib
 	cp -r $(MODEL_DIR) $(BUNDLE_DIR)/model && cp -r $(DATA_DIR) $(BUNDLE_DIR)/data/pems

@@ -25,7 +25,6 @@ def request(*words: str):
         (["JOB_CPUS=x"], "is not a CPU list"),
         (["TARGET=kvm", "NOISE=1:cpu", "JOB_CPUS=2"], "JOB_CPUS: for the bare target"),
         (["TARGET=xen", "NOISE=1:cpu", "NOISE_CPUS=apart"], "NOISE_CPUS: for the bare target"),
-        (["TARGET=kvm", "NOISE=1:workload"], "runs on the bare target only for now"),
     ],
 )
 def test_a_placement_or_state_that_cannot_be_is_refused_first(words, message):
@@ -74,6 +73,20 @@ def test_each_provisioned_neighbour_gets_a_state_in_order_the_rest_shut_down():
         neighbours.assign(neighbours.neighbours.parse("4:idle"), domains)
 
 
+def test_a_workload_copy_goes_to_a_neighbour_that_has_the_workload():
+    domains = ["n-0", "n-1", "n-2"]
+    groups = neighbours.neighbours.parse("1:cpu,1:workload")
+    assert neighbours.assign(groups, domains, with_workload=("n-1",)) == [
+        ("n-0", "cpu"),
+        ("n-1", "workload"),
+        ("n-2", "shutdown"),
+    ]
+    with pytest.raises(RunError, match="2 workload copies; this testbed has 1 neighbour VMs with"):
+        neighbours.assign(neighbours.neighbours.parse("2:workload"), domains, ("n-2",))
+    with pytest.raises(RunError, match=r"hvbench_neighbours\.workload: true"):
+        neighbours.assign(groups, domains)
+
+
 def test_the_testbed_file_names_the_neighbours_and_how_to_reach_them():
     from hvbench_harness.testbed import Testbed
 
@@ -85,6 +98,12 @@ def test_the_testbed_file_names_the_neighbours_and_how_to_reach_them():
         "realtime": conn("r", "10.0.0.11"), "realtime_domain": "r", "install_dir": "/opt",
         "work_dir": "/w", "neighbours": [conn("hvbench-neighbour-0", "10.0.0.20")],
     }  # fmt: skip
-    ((domain, machine),) = Testbed.from_json(doc).neighbours
+    testbed = Testbed.from_json(doc)
+    ((domain, machine),) = testbed.neighbours
     assert domain == "hvbench-neighbour-0" and machine.ssh[-1] == "root@10.0.0.20"
+    assert testbed.workload_neighbours == ()
+    with_copy = {**doc["neighbours"][0], "workload": True}
+    assert Testbed.from_json({**doc, "neighbours": [with_copy]}).workload_neighbours == (
+        "hvbench-neighbour-0",
+    )
     assert Testbed.from_json({**doc, "neighbours": []}).neighbours == ()

@@ -1,15 +1,18 @@
 """Noisy neighbours on the bare target for real: a short run with a CPU and a memory-bandwidth
 load (stress-ng) and a second copy of the whole workload on the job's CPU, every record
 accounted for, where the loads and the jobs ran read back and the neighbours' own work in
-meta.json."""
+meta.json. A copy of the workload also runs as a testbed starts it in a neighbour VM."""
 
 import json
 import os
+import time
 
 import pytest
-from driver import leftover_processes, run_args
+from driver import REPO, leftover_processes, run_args
 from hvbench_analysis.load import config_label, load_runs
 from hvbench_harness import run
+from hvbench_harness.testbed import Machine
+from hvbench_harness.workload_copy import RemoteWorkloadCopy
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +79,28 @@ def test_the_report_names_the_run_by_its_neighbours(noisy_run):
     runs = load_runs([results])
     label = config_label(runs.runs.iloc[0])
     assert label.endswith(f"job on CPU {job_cpu} noise 1:cpu,1:membw,1:workload on the job's CPUs")
+
+
+def test_a_workload_copy_runs_where_the_guest_roles_install_it(small_data, small_model, tmp_path):
+    """The copy a testbed starts in a neighbour VM, here on this machine with the same
+    commands (the SSH hop aside): launched in the background from the install directory the
+    guest roles lay out, found sending, stopped with SIGTERM, its results read back."""
+    install = tmp_path / "install"
+    for link, target in {
+        "venv": REPO / ".venv", "data/pems": small_data[0], "model": small_model,
+        "kafka/libs": REPO / "build/kafka/libs", "flink/lib": REPO / "build/flink/lib",
+    }.items():  # fmt: skip
+        (install / link).parent.mkdir(parents=True, exist_ok=True)
+        (install / link).symlink_to(target)
+    request = run.parse_args(["--records", "120", "--period-ms", "100"])
+    copy = RemoteWorkloadCopy(Machine("neighbour"), request, str(install), str(tmp_path), "c-0")
+    copy.start(patience_s=300)
+    assert copy.alive() and copy.placement()["pid"] > 0
+    time.sleep(3)
+    done = copy.stop()
+    assert done["status"]["state"] == "interrupted", done
+    assert done["counts"]["received"] > 0 and done["counts"]["accounted"], done
+    assert done["records_per_s"] > 0 and done["latency"]["n"] > 0
+    assert not copy.alive()
+    assert not (tmp_path / "neighbour-copies/work/c-0").exists()  # the broker's data went
+    assert leftover_processes(tmp_path) == []

@@ -21,7 +21,9 @@ import yaml
 from hostvm import ControllerSSH, HostVM, agent_wheel, build_image, run_playbook
 from hvbench_analysis import sched_trace
 from hvbench_analysis.results import BASELINE
-from hvbench_harness import hosttrace
+from hvbench_harness import hosttrace, run
+from hvbench_harness.testbed import resolve
+from hvbench_harness.workload_copy import RemoteWorkloadCopy
 
 pytestmark = pytest.mark.testbed
 
@@ -83,6 +85,9 @@ def with_workload(inventory: Path, controller: ControllerSSH) -> None:
     here = controller.inventory_host(hvbench_private_address="127.0.0.1", **dirs)
     for group in ("messaging_vms", "realtime_vms"):
         doc[group] = {"hosts": {"controller": here}}
+    # and a neighbour VM with a copy of the workload: provisioning installs the harness here
+    # too (the nested neighbour itself stays small: a workload under nested TCG takes an hour)
+    doc["workload_neighbour_vms"] = {"hosts": {"controller": here}}
     inventory.write_text(json.dumps(doc))
 
 
@@ -377,6 +382,30 @@ def test_the_workload_is_installed_where_it_runs(host):
     assert "no" in here(f"{install_dir}/venv/bin/pip show tensorflow-cpu || echo no")
     # the guest roles did not touch the host VM, whose nested guests they stand for
     assert "No such file" in on_host(host, "ls /opt/hvbench 2>&1 || true")
+
+
+def test_a_workload_copy_runs_where_provisioning_installed_one(host, tmp_path):
+    """NOISE=N:workload's copy as a testbed starts it in a neighbour VM with the workload: over
+    SSH, in the background, from the install directory the guest roles and the harness set
+    filled (here on the machine that plays that neighbour, see with_workload), found sending,
+    stopped with SIGTERM, what it measured read back and its broker's data removed."""
+    testbed = resolve(str(host[1]), tmp_path / "testbed.json")
+    machine = testbed.messaging  # this machine over SSH, as provisioned
+    request = run.parse_args(["--records", "120", "--period-ms", "100"])
+    run_id = f"copy-{tmp_path.parent.name}"
+    copy = RemoteWorkloadCopy(machine, request, testbed.install_dir, testbed.work_dir, run_id)
+    copy.start(patience_s=900)
+    try:
+        assert copy.alive()
+        time.sleep(3)
+    finally:
+        done = copy.stop()
+    assert done["status"]["state"] == "interrupted", done
+    assert done["counts"]["received"] > 0 and done["counts"]["accounted"], done
+    assert done["records_per_s"] > 0 and done["latency"]["n"] > 0
+    assert not copy.alive()
+    assert here(f"pgrep -f -- '[-]-run-id {run_id}' || echo none").strip() == "none"
+    assert not Path(f"{testbed.work_dir}/neighbour-copies/work/{run_id}").exists()
 
 
 def make_run(host, results: Path, run_id: str, **settings: int | str) -> list[str]:

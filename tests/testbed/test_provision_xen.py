@@ -160,6 +160,8 @@ def test_bad_guest_settings_are_refused_before_anything_is_touched(host):
         ({"count": 1, "placement": [2]}, "a neighbour outside the real-time cpupool"),
         ({"count": 1, "xen_type": "fv"}, "xen_type pv, pvh or hvm (got fv)"),
         ({"count": 1, "placement": "siblings"}, "have no SMT siblings on this host"),
+        ({"count": 1, "workload": True, "memory_mb": 1024}, "with the workload memory_mb ≥ 3072"),
+        ({"count": 1, "image": "/nonexistent"}, "lacks disk.qcow2, vmlinuz, initrd.img"),
     ],
 )
 def test_bad_neighbour_settings_are_refused_before_anything_is_touched(host, neighbours, message):
@@ -338,11 +340,11 @@ def test_an_hvm_guests_configuration_is_what_xl_takes(host):
     nothing is created)."""
     _, inventory, extra = host
     item = {"name": "hvbench-hvm-check", "role": "neighbour", "index": 29, "vcpus": 1,
-            "memory_mb": 256, "host_cpus": [1], "xen_type": "hvm", "pool": ""}  # fmt: skip
+            "memory_mb": 256, "host_cpus": [1], "xen_type": "hvm", "pool": "",
+            "image_dir": "/var/lib/hvbench/images/check"}  # fmt: skip
     template_vars = {
-        "item": item, "guest_image_dir": "/var/lib/hvbench/images/check",
-        "guests_xen_tsc_mode": "default", "guests_xen_disk_dir": "/var/lib/hvbench/disks",
-        "guests_xen_bridge": "xenbr-hvbench",
+        "item": item, "guests_xen_tsc_mode": "default",
+        "guests_xen_disk_dir": "/var/lib/hvbench/disks", "guests_xen_bridge": "xenbr-hvbench",
     }  # fmt: skip
     proc = subprocess.run(
         [str(REPO / ".venv/bin/ansible"), "testhost", "-i", str(inventory), "-e", f"@{extra}",

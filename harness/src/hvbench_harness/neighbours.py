@@ -12,17 +12,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from hvbench_agent import neighbours
 from hvbench_agent.neighbours import WORKLOAD, Group, Load, NoiseError, cpu_list, parse_cpus
 
-from hvbench_harness.parts import RunError, log, tail
+from hvbench_harness.parts import RunError, log
 from hvbench_harness.testbed import TestbedError
+from hvbench_harness.workload_copy import RemoteWorkloadCopy, WorkloadCopy
 
 
 def check_request(args) -> tuple[Group, ...]:
@@ -54,11 +52,6 @@ def check_bare(args, groups: tuple[Group, ...]) -> None:
 
 
 def check_testbed(args, groups: tuple[Group, ...]) -> None:
-    if any(g.state == WORKLOAD for g in groups):
-        raise RunError(
-            "NOISE workload: a second copy of the workload runs on the bare target only for "
-            "now; a testbed's neighbour VMs have no workload installed"
-        )
     given = {"JOB_CPUS": bool(args.job_cpus), "NOISE_CPUS": args.noise_cpus != "job"}
     placed = [name for name, set_here in given.items() if set_here]
     if placed:
@@ -147,78 +140,6 @@ def work_text(group: dict) -> str:
     return f"{group['group']} {bogo_rate(group):.0f} bogo-ops/s"
 
 
-class WorkloadCopy:
-    """A second copy of the whole workload on this machine (the reference study's N workloads):
-    a run of its own (`hvbench_harness.run` in a child process: its own Kafka, job, producers
-    and consumer), its job on the neighbours' CPUs, sending at the run's rate until it is
-    stopped. Stopped with SIGINT, it writes what it measured, as any interrupted run does, and
-    its counts and latency become this neighbour's record."""
-
-    def __init__(self, args, cpus: str | None, work: Path, name: str):
-        self.name, self.cpus = name, cpus
-        self.run_id = f"{work.name}-{name}"
-        self.results, self.log = work / "neighbours", work / f"{name}.log"
-        self.cmd = [
-            sys.executable, "-m", "hvbench_harness.run", "--run-id", self.run_id,
-            "--results", str(self.results), "--work", str(work / "neighbour-work"),
-            "--records", str(max(args.records * 3, 600)), "--period-ms", str(args.send_ms),
-            "--warmup-s", "0", "--drain-s", "10", "--cpu-latency", "off",
-            "--data", args.data, "--model", args.model, "--kafka-libs", args.kafka_libs,
-            "--connector-dir", args.connector_dir, *(["--force"] if args.force else []),
-            *(["--force-tsc"] if args.force_tsc else []),
-            *(["--job-cpus", cpus] if cpus else []),
-        ]  # fmt: skip
-        self.proc: subprocess.Popen | None = None
-        self.started = 0.0
-
-    def start(self, patience_s: float = 300.0) -> None:
-        """Start it and wait until its producers send; RunError if it ends first."""
-        with open(self.log, "wb") as sink:
-            self.proc = subprocess.Popen(
-                self.cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-            )  # fmt: skip
-        deadline = time.monotonic() + patience_s
-        while "producers started" not in self.log.read_text(errors="replace"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()  # what it started goes, whether it ended or not
-                raise RunError(f"the workload neighbour did not start sending:\n{tail(self.log)}")
-            time.sleep(0.5)
-        self.started = time.monotonic()
-
-    def placement(self) -> dict:
-        return {"run_id": self.run_id, "cpus_requested": self.cpus or "any", "pid": self.proc.pid}
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> dict:
-        """Interrupt it (it tears down and writes its results); its counts and latency."""
-        seconds = time.monotonic() - self.started
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-        try:
-            code = self.proc.wait(timeout=180)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            code = self.proc.wait()
-        done = {"group": f"1:{WORKLOAD}", "stressor": WORKLOAD, "exit_code": code,
-                "seconds": round(seconds, 3)}  # fmt: skip
-        meta_file = self.results / self.run_id / "meta.json"
-        if not meta_file.exists():
-            return done | {"error": f"the workload neighbour wrote no results:\n{tail(self.log)}"}
-        meta = json.loads(meta_file.read_text())
-        counts = meta.get("counts") or {}
-        keep = ("sent", "received", "missing", "accounted")
-        return done | {
-            "status": meta.get("status"),
-            "counts": {k: counts.get(k) for k in keep},
-            "latency": meta.get("latency"),
-            "job_cpus": meta.get("job_cpus"),
-            "records_per_s": round(counts.get("received", 0) / seconds, 1) if seconds else None,
-        }
-
-
 def bogo_rate(group: dict) -> float:
     """A load's bogo-ops per second of wall-clock time, summed over its stressors."""
     return sum(m.get("bogo-ops-per-second-real-time", 0) for m in group.get("metrics", []))
@@ -229,31 +150,52 @@ HELD = {"absent": "absent", "shutdown": "shutdown", "paused": "paused", "idle": 
 BOOT_TIMEOUT_S = 900.0  # a neighbour started for the run must answer SSH by then (emulation)
 
 
-def assign(groups: tuple[Group, ...], domains: list[str]) -> list[tuple[str, str]]:
-    """(domain, state) for every provisioned neighbour, in order: the groups' states, then
-    shutdown for those no group names; RunError if the groups ask for more than there are."""
+def assign(
+    groups: tuple[Group, ...], domains: list[str], with_workload: tuple[str, ...] = ()
+) -> list[tuple[str, str]]:
+    """(domain, state) for every provisioned neighbour, in order: each workload copy in a
+    neighbour that has the workload (`with_workload`), the other states in the rest, shutdown
+    for those no group names; RunError if the groups ask for more than there are."""
     states = [g.state for g in groups for _ in range(g.count)]
+    copies = states.count(WORKLOAD)
+    capable = [d for d in domains if d in with_workload]
+    if copies > len(capable):
+        raise RunError(
+            f"NOISE asks for {copies} workload copies; this testbed has {len(capable)} "
+            "neighbour VMs with the workload (hvbench_neighbours.workload: true in its "
+            "inventory, then make provision)"
+        )
     if len(states) > len(domains):
         raise RunError(
             f"NOISE asks for {len(states)} neighbours; this testbed has {len(domains)} "
             "(hvbench_neighbours.count in its inventory, then make provision)"
         )
-    return list(zip(domains, states + ["shutdown"] * (len(domains) - len(states)), strict=True))
+    plan = dict.fromkeys(domains, "shutdown") | dict.fromkeys(capable[:copies], WORKLOAD)
+    others = iter(s for s in states if s != WORKLOAD)
+    for domain in [d for d in domains if d not in capable[:copies]]:
+        plan[domain] = next(others, "shutdown")
+    return list(plan.items())
 
 
 class TestbedNoise:
     """A testbed's neighbour VMs held in their states through the host's agent, and loads
-    (stress-ng, in the guest image) started in them over SSH. stress-ng gets a timeout of its
-    own beyond the run's length, so a lost connection cannot leave a load behind for good."""
+    (stress-ng, in the guest image) or workload copies started in them over SSH. stress-ng
+    gets a timeout of its own beyond the run's length, and a copy sends a fixed number of
+    records, so a lost connection cannot leave either behind for good."""
 
     __test__ = False  # not a test class, despite its name
 
-    def __init__(self, testbed, groups: tuple[Group, ...], run_name: str, longest_s: float):
-        self.testbed, self.run_name = testbed, run_name
+    def __init__(
+        self, testbed, groups: tuple[Group, ...], run_name: str, longest_s: float, args=None
+    ):
+        """longest_s: how long the run may last; args: the run's request, which a workload
+        copy follows (its rate and inputs)."""
+        self.testbed, self.args, self.run_name = testbed, args, run_name
         self.machines = dict(testbed.neighbours)
-        self.plan = assign(groups, list(self.machines))
+        self.plan = assign(groups, list(self.machines), testbed.workload_neighbours)
         self.timeout_s = round(longest_s + 600)
         self.loads: dict[str, tuple[Group, int]] = {}  # domain → (its load, stress-ng's pid)
+        self.copies: dict[str, RemoteWorkloadCopy] = {}
         self.record: dict = {"requested": neighbours.text(groups), "where": "neighbour VMs"}
         self.stopped = False
 
@@ -276,6 +218,8 @@ class TestbedNoise:
                 wait_until_answering(self.machines[domain])
             if state in neighbours.LOADS:
                 self.loads[domain] = (Group(1, state), self.start_load(domain, state))
+            if state == WORKLOAD:
+                self.copies[domain] = self.start_copy(domain)
         self.record |= {
             "plan": [{"domain": d, "state": s} for d, s in self.plan],
             "states_at_start": self.read(),
@@ -294,20 +238,31 @@ class TestbedNoise:
         script = f"nohup {shlex.join(cmd)} >{log_out} 2>&1 </dev/null & echo $!"
         return int(self.machines[domain].run(["sh", "-c", script], root=True).stdout.split()[-1])
 
+    def start_copy(self, domain: str) -> RemoteWorkloadCopy:
+        copy = RemoteWorkloadCopy(
+            self.machines[domain], self.args, self.testbed.install_dir, self.testbed.work_dir,
+            f"{self.run_name}-{domain}",
+        )  # fmt: skip
+        copy.start()
+        return copy
+
     def stop(self) -> None:
-        """Stop the loads (SIGINT: stress-ng writes its metrics) and read the states back."""
+        """Stop the loads (SIGINT: stress-ng writes its metrics) and the workload copies, and
+        read the states back."""
         if self.stopped:
             return
         self.stopped = True
         done = []
         for domain, (group, pid) in self.loads.items():
             done.append({"domain": domain, "group": str(group), **self.stop_load(domain, pid)})
+        for domain, copy in self.copies.items():
+            done.append({"domain": domain, "placement": copy.placement(), **copy.stop()})
         self.record["loads"] = done
         try:
             self.record["states_at_end"] = self.read()
         except TestbedError as e:
             self.record["states_at_end"] = {"error": str(e)}
-        rates = [f"{g['domain']} {bogo_rate(g):.0f} bogo-ops/s" for g in done]
+        rates = [f"{g['domain']} {work_text(g).partition(' ')[2]}" for g in done]
         log("noise stopped" + (": " + ", ".join(rates) if rates else ""))
 
     def stop_load(self, domain: str, pid: int) -> dict:

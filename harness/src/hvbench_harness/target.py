@@ -271,7 +271,8 @@ class TestbedTarget:
     def check(self, setting: Setting, require: list[str]) -> None:
         """The neighbours asked for, admission and the domain on the host, then every
         machine's readiness."""
-        assign(neighbours.parse(self.args.noise), [d for d, _ in self.testbed.neighbours])
+        neighbour_vms = [d for d, _ in self.testbed.neighbours]
+        assign(neighbours.parse(self.args.noise), neighbour_vms, self.testbed.workload_neighbours)
         self.scheduler.check(setting)
         self.readiness = check_readiness(*readiness.check_testbed(self.testbed, require), self.args)
 
@@ -369,14 +370,15 @@ class TestbedTarget:
         return []  # the real-time VM's vCPUs are pinned by its inventory
 
     def start_noise(self, parts: Parts) -> dict | None:
-        """NOISE: every neighbour VM held as asked (those not named shut down), loads started
-        in them; without NOISE they are left as they are, and their states recorded."""
+        """NOISE: every neighbour VM held as asked (those not named shut down), loads and
+        workload copies started in them; without NOISE they are left as they are, and their
+        states recorded."""
         if not self.testbed.neighbours:
             return None
         args = self.args
         longest_s = -(-args.records // 6) * args.send_ms / 1000 + args.warmup + args.drain
         self.noise = TestbedNoise(
-            self.testbed, neighbours.parse(args.noise), Path(self.work).name, longest_s
+            self.testbed, neighbours.parse(args.noise), Path(self.work).name, longest_s, args
         )
         if not args.noise:
             return {"requested": "", "where": "neighbour VMs, left as they were",

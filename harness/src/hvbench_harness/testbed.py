@@ -145,6 +145,8 @@ class Testbed:
     messaging_domain: str = ""  # the messaging VM's name on the host (libvirt or xl)
     # the neighbour VMs (make provision, hvbench_neighbours): their domain names and machines
     neighbours: tuple[tuple[str, Machine], ...] = ()
+    # those of them that have the workload installed (hvbench_neighbours.workload)
+    workload_neighbours: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, doc: dict) -> Testbed:
@@ -165,6 +167,9 @@ class Testbed:
         )
         return cls(
             neighbours=neighbours,
+            workload_neighbours=tuple(
+                conn["name"] for conn in doc.get("neighbours", []) if conn.get("workload")
+            ),
             host=machine("host"),
             messaging=machine("messaging"),
             realtime=machine("realtime"),
