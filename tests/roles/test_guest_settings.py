@@ -1,0 +1,57 @@
+"""make provision's first step, the guests role's checks (roles/guests/tasks/validate.yml), on
+this machine: bad neighbour settings are refused with the reason, good ones pass. The checks
+only read, so no host is needed; the testbed tier runs them on real hosts too."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GUESTS = {
+    "messaging": {"name": "m", "vcpus": 1, "memory_mb": 1024, "host_cpus": [0], "disk_gb": 10},
+    "realtime": {"name": "r", "vcpus": 1, "memory_mb": 1024, "host_cpus": [1], "disk_gb": 10},
+}
+
+
+def check(tmp_path: Path, neighbours: dict) -> subprocess.CompletedProcess:
+    settings = {
+        "hvbench_hypervisor": "kvm",
+        "hvbench_guests": GUESTS,
+        "hvbench_neighbours": neighbours,
+        "ansible_python_interpreter": sys.executable,
+    }
+    (tmp_path / "vars.json").write_text(json.dumps(settings))
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
+         "-e", f"@{tmp_path / 'vars.json'}", str(REPO / "tests/roles/validate.yml")],
+        cwd=REPO, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("neighbours", "message"),
+    [
+        ({"count": 1, "workload": True, "memory_mb": 1024}, "with the workload memory_mb ≥ 3072"),
+        ({"count": 1, "workload": "yes please"}, "workload true or false (got yes please)"),
+        ({"count": 1, "image": "relative/dir"}, "image an absolute directory on the host"),
+        ({"count": 1, "image": "/nonexistent"}, "lacks disk.qcow2, vmlinuz, initrd.img"),
+        ({"count": 12}, "count 0..9 (got 12)"),
+    ],
+)
+def test_bad_neighbour_settings_are_refused_with_the_reason(tmp_path, neighbours, message):
+    proc = check(tmp_path, neighbours)
+    out = " ".join((proc.stdout + proc.stderr).split())  # Ansible folds long messages
+    assert proc.returncode != 0 and message in out, out[-3000:]
+
+
+def test_an_image_of_ones_own_and_a_workload_neighbour_pass(tmp_path):
+    image = tmp_path / "image"
+    image.mkdir()
+    for name in ("disk.qcow2", "vmlinuz", "initrd.img"):
+        (image / name).write_bytes(b"")
+    neighbours = {"count": 2, "workload": True, "memory_mb": 4096, "image": str(image)}
+    proc = check(tmp_path, neighbours)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
