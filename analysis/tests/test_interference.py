@@ -67,6 +67,25 @@ def test_one_row_per_neighbours_with_the_studys_columns(runs, measured):
     assert rows["none"]["Runs"] == 1 and rows["none"]["% > 100 ms"] == 0
     assert on_job["Load work (bogo-ops/s)"] == pytest.approx(2000.0)
     assert pd.isna(rows["none"]["Load work (bogo-ops/s)"])
+    assert "Copies (records/s)" not in table  # no run had a copy of the workload
+
+
+def test_the_copies_of_the_workload_show_what_they_received(tmp_path):
+    """NOISE=N:workload: the records per second the copies received, summed per run and
+    averaged over the runs, as meta.json `noise` keeps them (bare: groups, testbed: loads)."""
+    for rep, (key, rates) in enumerate((("groups", [50.0]), ("loads", [40.0, 50.0])), start=1):
+        run = tmp_path / f"copies-{rep}"
+        write_run(run, np.arange(1, 11) * MS, rep=rep, requested={"noise": f"{rep}:workload"})
+        meta = json.loads((run / "meta.json").read_text())
+        copies = [{"group": "1:workload", "stressor": "workload", "records_per_s": r}
+                  for r in rates]  # fmt: skip
+        meta["noise"] = {key: copies}
+        (run / "meta.json").write_text(json.dumps(meta))
+    runs = load_runs(run_dirs(tmp_path))
+    copies = dict(zip(runs.runs["run_id"], runs.runs["copy_work"], strict=True))
+    table = tables.interference_table(runs.measured, None, copy_work=copies)
+    by_noise = dict(zip(table["Neighbours"], table["Copies (records/s)"], strict=True))
+    assert by_noise == {"1:workload": 50.0, "2:workload": 90.0}
 
 
 def test_the_section_overlays_each_configuration_by_its_neighbours(runs, tmp_path):

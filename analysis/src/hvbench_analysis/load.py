@@ -259,6 +259,7 @@ def facts(meta: dict) -> dict:
         "flags": ", ".join(quality_flags(meta)),
         "problems": "; ".join(problems_of(meta)),
         "noise_work": noise_work(meta),
+        "copy_work": copy_work(meta),
     }
 
 
@@ -272,6 +273,20 @@ def noise_work(meta: dict) -> float | None:
         for load in loads
         for m in load.get("metrics") or []
         if isinstance(m, dict)
+    ]
+    rates = [r for r in rates if isinstance(r, int | float)]
+    return float(sum(rates)) if rates else None
+
+
+def copy_work(meta: dict) -> float | None:
+    """The records per second that the run's workload copies (NOISE=N:workload) received,
+    summed over them; None without copies."""
+    noise = meta.get("noise") or {}
+    loads = noise.get("groups") or noise.get("loads") or []
+    rates = [
+        load.get("records_per_s")
+        for load in loads
+        if isinstance(load, dict) and load.get("stressor") == "workload"
     ]
     rates = [r for r in rates if isinstance(r, int | float)]
     return float(sum(rates)) if rates else None

@@ -218,11 +218,14 @@ def interference_table(
     deadline_ms: float | None,
     seed: int = 0,
     noise_work: dict[str, float | None] | None = None,
+    copy_work: dict[str, float | None] | None = None,
 ) -> pd.DataFrame:
     """The second reference study's layout, per configuration and neighbours: Mean, Min, Max,
     SD (ms) and the % of records over the deadline, repetitions pooled; with repetitions, the
     mean over runs of each run's mean and maximum with 95 % bootstrap intervals. With
-    `noise_work` (run id → its loads' bogo-ops per second), their mean over the runs."""
+    `noise_work` (run id → its loads' bogo-ops per second) and `copy_work` (run id → the
+    records per second its workload copies received), their means over the runs; the copies'
+    column only where some run had copies."""
     rng = np.random.default_rng(seed)
     rows = []
     for tags, group in by_config(measured):
@@ -243,12 +246,20 @@ def interference_table(
         if len(run_means) > 1:
             row["Mean over runs (ms) [95 % CI]"] = mean_with_ci(run_means, rng)
             row["Mean max (ms) [95 % CI]"] = mean_with_ci(run_max, rng)
-        work = [(noise_work or {}).get(run_id) for run_id in group["run_id"].unique()]
-        work = [w for w in work if w is not None and not pd.isna(w)]
-        row["Load work (bogo-ops/s)"] = float(np.mean(work)) if work else None
+        run_ids = group["run_id"].unique()
+        row["Load work (bogo-ops/s)"] = mean_over_runs(noise_work, run_ids)
+        row["Copies (records/s)"] = mean_over_runs(copy_work, run_ids)
         rows.append(row)
     table = pd.DataFrame(rows)
+    if table.empty or table["Copies (records/s)"].isna().all():
+        table = table.drop(columns="Copies (records/s)", errors="ignore")
     return table.sort_values(["Configuration"], kind="stable", ignore_index=True)
+
+
+def mean_over_runs(by_run: dict[str, float | None] | None, run_ids) -> float | None:
+    values = [(by_run or {}).get(run_id) for run_id in run_ids]
+    values = [v for v in values if v is not None and not pd.isna(v)]
+    return float(np.mean(values)) if values else None
 
 
 def runs_of(group: pd.DataFrame):

@@ -19,7 +19,8 @@ def interference_section(page: Page, runs: Runs, args: argparse.Namespace, dirs:
         return
     page.h(2, "Interference: latency by neighbours")
     work = dict(zip(runs.runs["run_id"], runs.runs["noise_work"], strict=True))
-    table = tables.interference_table(measured, args.deadline_ms, args.seed, work)
+    copies = dict(zip(runs.runs["run_id"], runs.runs["copy_work"], strict=True))
+    table = tables.interference_table(measured, args.deadline_ms, args.seed, work, copies)
     deadline = (
         f" % > {args.deadline_ms:g} ms: share of records later than the deadline (DEADLINE_MS)."
         if args.deadline_ms is not None
@@ -35,8 +36,9 @@ def interference_section(page: Page, runs: Runs, args: argparse.Namespace, dirs:
         f"95 % bootstrap intervals.{deadline} Neighbours: COUNT:STATE as the runs asked for "
         "them (NOISE), and where their loads ran (NOISE_CPUS). Load work: what the loads did, "
         "stress-ng's bogo-ops per second summed over them, mean over the runs (comparable "
-        "between runs of the same loads on one machine); each run's meta.json `noise` has "
-        "the rest.",
+        "between runs of the same loads on one machine). Copies: the records per second the "
+        "copies of the workload (NOISE=N:workload) received, summed, mean over the runs. Each "
+        "run's meta.json `noise` has the rest, the copies' own latency too.",
     )
     for base, members in by_base(measured):
         if len(members) < 2:
