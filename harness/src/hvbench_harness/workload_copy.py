@@ -113,7 +113,8 @@ class WorkloadCopy:
 class RemoteWorkloadCopy:
     """A copy inside a neighbour VM, started over SSH in the background (it outlives a
     dropped connection, but not its own records: it ends by itself once they are sent) and
-    stopped with SIGTERM, which the run takes as an interruption."""
+    stopped with SIGTERM, which the run takes as an interruption. Once its meta.json is read
+    back, its files leave the VM."""
 
     def __init__(self, machine, args, install_dir: str, work_dir: str, run_id: str):
         self.machine, self.run_id = machine, run_id
@@ -173,7 +174,9 @@ class RemoteWorkloadCopy:
             f"kill -TERM {self.pid} 2>/dev/null; i=0; while kill -0 {self.pid} 2>/dev/null && "
             f"[ $i -lt {polls} ]; do sleep 1; i=$((i+1)); done; "
             f"kill -0 {self.pid} 2>/dev/null && kill -KILL {self.pid}; cat {meta_file}; "
-            f"rm -rf {self.base}/work/{self.run_id}"  # its broker's data: the VM's disk is small
+            # what it kept (its broker's data above all) goes: the VM's disk is small
+            f"rm -rf {self.base}/work/{self.run_id} {self.base}/results/{self.run_id} "
+            f"{self.log}; rmdir {self.base}/work {self.base}/results {self.base} 2>/dev/null"
         )
         try:
             out = self.machine.run(["sh", "-c", script], root=True, check=False,
