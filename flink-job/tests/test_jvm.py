@@ -20,8 +20,9 @@ def sleeping_jvm(tmp_path):
     proc = subprocess.Popen(["java", *jvm.JOB_OPTIONS, "-Xmx1g", str(source)])
     try:
         deadline = time.monotonic() + 60
-        # the source launcher compiles Sleeper first; the JIT's and G1's threads are up then
-        while not any(name == "G1 Service" for name in jvm.threads(proc.pid).values()):
+        # G1's threads start before the compiler's, and each thread takes its name once it
+        # runs: on a busy machine the C1 thread was still unnamed when G1 Service was up
+        while not {"G1 Service", "C1 CompilerThre"} <= set(jvm.threads(proc.pid).values()):
             assert proc.poll() is None and time.monotonic() < deadline, "the JVM did not start"
             time.sleep(0.1)
         yield proc.pid
