@@ -85,7 +85,7 @@ GUEST_SOURCES  := $(shell find flink-job/src producers/src tsc_timer/src harness
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
-.PHONY: help venv java browser rt-tools kafka flink-connector data train run report test test-testbed lint bench clean \
+.PHONY: help venv java browser rt-tools kafka flink-connector data train run report model advise test test-testbed lint bench clean \
 	campaign campaign-check check rerun workload-inputs provision provision-settings teardown sched vcpu-sched xen-sched agent-wheel xen-hypervisor controller-tools testbed-tools guest-bundle
 
 # Generated: the targets' `## ` comments above and below, and make run's variables (spec.py).
@@ -268,6 +268,19 @@ REPORT_OUT     = $(if $(CAMPAIGN),$(OUT)/$(CAMPAIGN_NAME),$(OUT))
 report: $(STAMP) ## figures and tables into OUT=report [RUNS=a,rtds-* REF=sched=credit DEADLINE_MS XLIM_MS CAMPAIGN INCLUDE_FAILED=1]
 	$(HVBENCH) report --results $(REPORT_RESULTS) --out $(REPORT_OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))$(if $(filter 1,$(INCLUDE_FAILED)), --include-failed)
 
+# make model fits the performance model to a campaign's runs (or RUNS= in RESULTS) and saves
+# it beside them; make advise asks it for the smallest budget that meets SLO (docs/model.md).
+SLO    ?=
+RATE   ?=
+KNOB   ?=
+VERIFY ?=
+
+model: $(STAMP) ## CAMPAIGN=... [RUNS=]: fit the performance model (mean … max from the settings), held-out errors
+	$(HVBENCH) model fit --results $(REPORT_RESULTS)$(if $(RUNS), --runs '$(RUNS)')
+
+advise: $(STAMP) $(if $(filter 1,$(VERIFY)),workload-inputs rt-tools) ## CAMPAIGN=... SCHED= SLO='p99<=20' [RATE PERIOD NOISE KNOB VERIFY=1]: the smallest budget predicted to meet the SLO
+	$(HVBENCH) advise --fit $(REPORT_RESULTS)/model --sched $(SCHED) --slo '$(SLO)'$(if $(RATE), --rate $(RATE))$(if $(PERIOD), --period $(PERIOD))$(if $(NOISE), --noise '$(NOISE)')$(if $(KNOB), --knob $(KNOB))$(if $(filter 1,$(VERIFY)), --verify)
+
 # The provisioning tests boot a QEMU guest as the bare-metal host (TCG) and build images with
 # mmdebstrap from the distribution's mirror; the KVM module reaches this machine through an
 # sshd of its own (openssh-server), as the machine that plays the guests.
@@ -281,13 +294,13 @@ testbed-tools:
 # within 10 minutes on 2 cores. make test-testbed: QEMU guests play the bare-metal host and
 # are provisioned for real (KVM, and Xen under TCG). .ci/run runs both.
 test: lint kafka flink-connector browser rt-tools ## lint, unit tests and the real Kafka + Flink integration (under 10 min)
-	$(PY) -m pytest -q -m "not testbed" --durations=15
+	$(PY) -m pytest -q -m "not testbed and not slow" --durations=15
 
 # The KVM and the Xen module run side by side (one pytest worker each): a Xen host under TCG
 # keeps about one core busy (dom0 has one vCPU), and much of either module waits on a boot or a
 # copy, so the two overlap well on two cores (docs/testing.md has the figures).
-test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM and Xen, side by side
-	$(PY) -m pytest -q -m testbed -n 2 --dist loadfile --durations=15 tests/testbed
+test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM and Xen, side by side; real campaigns here
+	$(PY) -m pytest -q -m "testbed or slow" -n 2 --dist loadfile --durations=15 tests/testbed tests/integration
 
 bench: $(STAMP) kafka flink-connector ## speed and memory figures (not tests)
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train

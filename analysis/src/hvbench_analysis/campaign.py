@@ -129,6 +129,71 @@ def sustainable_rates(doc: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RATE_COLUMNS)
 
 
+MODEL_SEARCH_COLUMNS = [
+    "Point",
+    "Configuration",
+    "SLO",
+    "Runs",
+    "Advice",
+    "Predicted at the advice (ms) [90 %]",
+    "Advice after each run",
+]
+
+
+def is_model_search(doc: dict) -> bool:
+    return _mapping(doc.get("search")).get("method") == "model"
+
+
+def model_search_table(doc: dict) -> pd.DataFrame:
+    """Per point of a model search: the runs it took there, the advice it ended with (the
+    knob's value, the prediction there) and how the advice moved as runs came in."""
+    search = _mapping(doc.get("search"))
+    steps = _objects(search.get("steps"))
+    rows = []
+    for point, record in _mapping(search.get("points")).items():
+        record = _mapping(record)
+        found = _mapping(record.get("advice"))
+        at = _mapping(found.get("predicted"))
+        rows.append(
+            {
+                "Point": point,
+                "Configuration": settings_label(record.get("settings"), doc.get("target")),
+                "SLO": search.get("slo"),
+                "Runs": len(record.get("runs") or []),
+                "Advice": advice_cell(search.get("knob"), record.get("advice")),
+                "Predicted at the advice (ms) [90 %]": (
+                    f"{_number(at.get('median'), '.2f')} [{_number(at.get('lo'), '.2f')}, "
+                    f"{_number(at.get('hi'), '.2f')}]"
+                    if at
+                    else ""
+                ),
+                "Advice after each run": ", ".join(
+                    _number(_mapping(s.get("advice")).get(point)) for s in steps
+                ),
+            }
+        )
+    return pd.DataFrame(rows, columns=MODEL_SEARCH_COLUMNS)
+
+
+def advice_cell(knob, advice) -> str:
+    if isinstance(advice, dict):
+        value = advice.get("value")
+        return f"{knob} {_number(value)}" if value is not None else "no value meets the SLO"
+    return str(advice or "search unfinished")
+
+
+def model_search_summary(doc: dict) -> str:
+    search = _mapping(doc.get("search"))
+    return (
+        f"A model search over {len(search.get('values') or [])} {search.get('knob')} values "
+        f"for {search.get('slo')}: {_number(search.get('runs'))} runs, where the full grid "
+        f"takes {_number(search.get('grid_runs'))}. Each run after the first three per point "
+        "went where the model was least certain of the advice; the search stopped once the "
+        f"advice stayed the same over {_number(search.get('stable'))} more runs. The model is "
+        f"in {search.get('model')}."
+    )
+
+
 def sustainable_text(record: dict) -> str:
     """The highest rate that met the SLO, or why there is none."""
     if not record.get("finished"):

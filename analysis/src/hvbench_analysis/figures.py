@@ -321,3 +321,29 @@ def trace_timeline(record: dict, spans: pd.DataFrame, title: str) -> plt.Figure:
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     fig.subplots_adjust(left=0.3, right=0.84)
     return fig
+
+
+def predicted_vs_measured(validation: pd.DataFrame, statistics: tuple[str, ...]) -> plt.Figure:
+    """One panel per statistic: each held-out configuration's prediction (with its 90 %
+    interval) against the mean of its runs, on log axes, with the line of perfect agreement."""
+    fig, panels = plt.subplots(2, 3, figsize=(10, 6.4))
+    for axis, name in zip(panels.flat, statistics, strict=False):
+        part = validation[validation["statistic"] == name]
+        if part.empty:
+            axis.set_visible(False)
+            continue
+        below = (part["predicted"] - part["lo"]).clip(lower=0)
+        above = (part["hi"] - part["predicted"]).clip(lower=0)
+        axis.errorbar(
+            part["measured"], part["predicted"], yerr=[below, above], fmt="o", ms=4, capsize=2
+        )
+        ends = [min(part["measured"].min(), part["lo"].min()), max(part[["measured", "hi"]].max())]
+        axis.plot(ends, ends, color="grey", lw=0.8, ls="--")
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_title(name)
+        axis.set_xlabel("measured (ms)")
+        axis.set_ylabel("predicted (ms)")
+    fig.suptitle("Held-out configurations: predicted vs measured")
+    fig.tight_layout()
+    return fig

@@ -34,7 +34,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -51,6 +51,8 @@ SEARCH_METHODS = ("linear", "binary")
 TOP_KEYS = {"description", "target", "repetitions", "order", "seed", "settings", "grid"}
 TOP_KEYS |= {"points", "search"}
 SEARCH_KEYS = {"slo_p99_ms", "rates_per_s", "method", "duration_s"}
+MODEL_SEARCH_KEYS = {"method", "slo", "knob", "values", "max_runs", "stable"}
+KNOBS = ("budget", "cap", "weight")
 # Campaign settings: the run request's fields (spec.FIELDS) but the target, which the file
 # names once, and rate (records/s over the six producers) instead of send_ms.
 SETTING_KEYS = set(spec.CAMPAIGN_KEYS)
@@ -90,6 +92,12 @@ class Point:
         settings["records"] = max(PRODUCERS, round(rate_per_s * duration_s))
         return Point(f"{self.id}-rate{rate_per_s:g}", settings)
 
+    def at(self, knob: str, value: float) -> Point:
+        """The point at one value of the model search's knob."""
+        number = int(value) if float(value).is_integer() else value
+        settings = {**self.settings, knob: number}
+        return Point(f"{self.id}-{SHORT.get(knob, knob)}{number:g}", settings)
+
 
 @dataclass
 class Search:
@@ -97,6 +105,19 @@ class Search:
     rates_per_s: list[float]
     method: str
     duration_s: float
+
+
+@dataclass
+class ModelSearch:
+    """Adaptive: each next run at the knob value where the performance model is least
+    certain on which side of the SLO the advice falls (docs/model.md)."""
+
+    slo: str  # e.g. "p99 <= 20"
+    knob: str  # budget, cap or weight
+    values: list[float]  # the candidates: the full grid's values
+    max_runs: int | None  # None: the full grid's number
+    stable: int = 2  # stop once the advice stayed the same over this many more runs
+    method: str = "model"
 
 
 @dataclass
@@ -109,8 +130,13 @@ class Campaign:
     order: str
     seed: int
     points: list[Point]
-    search: Search | None = None
+    search: Search | ModelSearch | None = None
     errors: list[str] = field(default_factory=list)
+
+    def grid_runs(self) -> int:
+        """Runs of the full grid (a model search: every point at every value, each repeated)."""
+        values = len(self.search.values) if isinstance(self.search, ModelSearch) else 1
+        return len(self.points) * values * self.repetitions
 
     def planned(self) -> list[tuple[Point, int]]:
         """(point, repetition) in the order they run (the grid campaigns)."""
@@ -161,7 +187,7 @@ def load(path: str | Path) -> Campaign:
     elif isinstance(seed, bool) or not isinstance(seed, int):
         errors.append(f"seed must be a whole number, not {seed!r}")
     search = _search(definition.get("search"), errors)
-    points = _points(definition, search is not None, errors)
+    points = _points(definition, search, errors)
     campaign = Campaign(
         name=path.stem,
         file=str(path),
@@ -192,7 +218,7 @@ def _settings(where: str, value, errors: list[str]) -> dict:
     return {k: v for k, v in value.items() if k in SETTING_KEYS}
 
 
-def _points(definition: dict, searching: bool, errors: list[str]) -> list[Point]:
+def _points(definition: dict, search, errors: list[str]) -> list[Point]:
     shared = _settings("settings", definition.get("settings"), errors)
     grid = definition.get("grid") or {}
     if not isinstance(grid, dict):
@@ -229,7 +255,9 @@ def _points(definition: dict, searching: bool, errors: list[str]) -> list[Point]
                 errors.append(f"point {i}: rate must be a positive number, not {rate!r}")
                 continue
             settings["send_ms"] = PRODUCERS * 1000.0 / rate
-        if searching and ({"send_ms", "records"} & set(settings)):
+        if isinstance(search, ModelSearch) and search.knob in settings:
+            errors.append(f"point {i}: the model search sets {search.knob} itself; remove it")
+        if isinstance(search, Search) and ({"send_ms", "records"} & set(settings)):
             errors.append(
                 f"point {i}: a search sets the rate and records itself; "
                 "remove send_ms, rate and records"
@@ -265,6 +293,8 @@ def _search(value, errors: list[str]) -> Search | None:
     if not isinstance(value, dict):
         errors.append("search must be a mapping: slo_p99_ms, rates_per_s, method, duration_s")
         return None
+    if value.get("method") == "model":
+        return _model_search(value, errors)
     unknown = spec.unknown(sorted(value), SEARCH_KEYS, "key(s)")
     if unknown:
         errors.append(f"search: {unknown}")
@@ -289,6 +319,35 @@ def _search(value, errors: list[str]) -> Search | None:
     return Search(slo, [float(r) for r in rates], method, duration)
 
 
+def _model_search(value: dict, errors: list[str]) -> ModelSearch:
+    from hvbench_analysis.advice import parse_slo
+    from hvbench_analysis.model import ModelError
+
+    unknown = spec.unknown(sorted(value), MODEL_SEARCH_KEYS, "key(s)")
+    if unknown:
+        errors.append(f"search: {unknown}; valid: {', '.join(sorted(MODEL_SEARCH_KEYS))}")
+    try:
+        parse_slo(str(value.get("slo")))
+    except ModelError as e:
+        errors.append(f"search: {e}")
+    knob, values = value.get("knob", "budget"), value.get("values")
+    if knob not in KNOBS:
+        errors.append(f"search: knob must be one of {', '.join(KNOBS)}, not {knob!r}")
+    if (
+        not isinstance(values, list)
+        or len(values) < 3
+        or not all(_positive(v) for v in values)
+        or sorted(set(values)) != values
+    ):
+        errors.append("search: values must list at least 3 positive numbers, ascending")
+        values = []
+    max_runs, stable = value.get("max_runs"), value.get("stable", 2)
+    for name, number in (("max_runs", max_runs), ("stable", stable)):
+        if number is not None and (not _positive(number) or not isinstance(number, int)):
+            errors.append(f"search: {name} must be a whole number ≥ 1, not {number!r}")
+    return ModelSearch(str(value.get("slo")), knob, values, max_runs, stable)
+
+
 def _positive(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
@@ -302,7 +361,9 @@ def check_points(campaign: Campaign) -> list[str]:
     """Every point (every rate of a search) through the harness's own check of settings."""
     errors = []
     points = campaign.points
-    if campaign.search:
+    if isinstance(campaign.search, ModelSearch):
+        points = [p.at(campaign.search.knob, v) for p in points for v in campaign.search.values]
+    elif campaign.search:
         points = [
             p.with_rate(r, campaign.search.duration_s)
             for p in campaign.points
@@ -320,7 +381,15 @@ def check_points(campaign: Campaign) -> list[str]:
 
 
 def describe(campaign: Campaign) -> str:
-    if campaign.search:
+    if isinstance(campaign.search, ModelSearch):
+        s, grid = campaign.search, campaign.grid_runs()
+        runs = s.max_runs or grid
+        what = (
+            f"{len(campaign.points)} point(s), model search over {len(s.values)} {s.knob} "
+            f"values for {s.slo}: at most {runs} runs (the full grid: {grid})"
+        )
+        send_s = max(p.expected_send_s() for p in campaign.points) * runs
+    elif campaign.search:
         s = campaign.search
         steps = len(s.rates_per_s) if s.method == "linear" else len(s.rates_per_s).bit_length()
         runs = len(campaign.points) * steps * campaign.repetitions
@@ -391,7 +460,9 @@ class Index:
             "runs": [],
             "search": None,
         }
-        if campaign.search:
+        if isinstance(campaign.search, ModelSearch):
+            doc["search"] = {**asdict(campaign.search), "points": {}, "steps": []}
+        elif campaign.search:
             s = campaign.search
             doc["search"] = {
                 "slo_p99_ms": s.slo_p99_ms,
@@ -605,6 +676,16 @@ class Runner:
                 + f" (p99 ≤ {search.slo_p99_ms:g} ms)"
             )
 
+    def run_model_search(self) -> None:
+        from hvbench_harness.model_search import Search as ModelSearchRun
+
+        ModelSearchRun(self, log).run()
+        record = self.index.doc["search"]
+        log(
+            f"model search: {record['runs']} run(s) against the full grid's "
+            f"{record['grid_runs']}; model: {record['model']}"
+        )
+
     def trial_passes(self, point: Point, record: dict):
         """A function: rate → whether the point meets the SLO at that rate (runs the trial)."""
         search = self.campaign.search
@@ -747,7 +828,12 @@ def run_campaign(
     log(f"campaign {campaign.name}: {describe(campaign)}; index {index.path}")
     handlers = {s: signal.signal(s, runner.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        runner.run_search() if campaign.search else runner.run_grid()
+        if isinstance(campaign.search, ModelSearch):
+            runner.run_model_search()
+        elif campaign.search:
+            runner.run_search()
+        else:
+            runner.run_grid()
     except Interrupted:
         log(f"campaign {campaign.name} interrupted; make campaign ... RESUME=1 goes on from here")
         return 130

@@ -7,6 +7,8 @@ target of the same name runs the verb after building what it needs (make help).
     hvbench check [--host H --target T | --inventory DIR] [--enforce]
     hvbench sched apply --sched cfs --budget 30000 [--host H | --inventory DIR]
     hvbench report --results results --out report
+    hvbench model fit --results results/explain-deadline-bare
+    hvbench advise --fit results/explain-deadline-bare/model --sched deadline --slo 'p99<=20'
     hvbench provision --host root@lab1 --target xen --guest-bundle build/guest-bundle.tar
     hvbench teardown --host lab1
 """
@@ -33,6 +35,8 @@ MODULE_VERBS = {
     "campaign": ("hvbench_harness.campaign", "validate or run a campaign file"),
     "rerun": ("hvbench_harness.rerun", "repeat a run from its results and compare"),
     "report": ("hvbench_analysis.report", "figures and tables from results"),
+    "model": ("hvbench_analysis.model", "fit a performance model to runs and validate it"),
+    "advise": ("hvbench_harness.advise", "the smallest budget a model predicts meets an SLO"),
 }
 PLAYBOOK_VERBS = {
     "check": "is this machine, or a testbed, ready to measure on?",

@@ -11,7 +11,8 @@ configuration's percentiles. Runs that cannot be read are listed with the reason
 of every figure and table; so are runs that failed or were interrupted, unless
 --include-failed (then they are in, flagged). A campaign's folder (results/<campaign>, holding
 campaign.json) also gets a section on the campaign: its runs by status, the runs that are not
-done and why, and the sustainable rates of a rate search.
+done and why, and the sustainable rates of a rate search; where `make model` saved a model
+beside the runs, the model's held-out errors, its predictions and the advice it gave.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from hvbench_analysis.report.latency import (
     percentile_section,
     repetition_sections,
 )
+from hvbench_analysis.report.model import model_section
 from hvbench_analysis.report.overview import intro_section, left_out_section, runs_section
 from hvbench_analysis.report.page import OutDirs, Page
 
@@ -80,6 +82,7 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     stage_section(page, measured, args, dirs)
     explain_section(page, runs, args, dirs)
     noise_floor_section(page, runs, dirs)
+    model_section(page, results, dirs)
     repetition_sections(page, measured, args, dirs)
     ecdf_section(page, measured, args, dirs)
     density_section(page, measured, dirs)

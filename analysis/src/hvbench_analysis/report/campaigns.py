@@ -43,7 +43,13 @@ def campaign_section(page: Page, results: Path, tables_dir: Path, runs: Runs, pi
     else:
         page.table(not_done, "campaign_runs_not_done")
     tables.write(not_done, tables_dir, "campaign_runs_not_done")
-    if doc.get("search") is not None:
+    if campaign.is_model_search(doc):
+        table = campaign.model_search_table(doc)
+        page.h(3, "Model search")
+        page.p(campaign.model_search_summary(doc))
+        page.table(table, "campaign_model_search")
+        tables.write(table, tables_dir, "campaign_model_search")
+    elif doc.get("search") is not None:
         rates = campaign.sustainable_rates(doc)
         page.h(3, "Sustainable rate")
         page.table(rates, "campaign_sustainable_rate")

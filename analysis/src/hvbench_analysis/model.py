@@ -1,0 +1,521 @@
+"""A performance model of a set of runs: each run's latency statistics (mean, SD, p50, p99,
+p99.9, max) predicted from the settings that vary between the runs, with an interval, and
+checked by holding out whole configurations.
+
+Each statistic is modelled on its logarithm (latencies are positive and spread in proportion
+to their size), in two parts:
+- the analytical part, a straight line in log(1 + bound): bound is the longest time the
+  reservation can leave the job without CPU, from the setting read back (bounds.py: 2·(P − B)
+  for a budget B every P; 0 without a reservation);
+- the learned part, a Gaussian process over every input that varies (rate, share of a CPU,
+  bound, period, extratime, weight, target, scheduler, neighbours), fitted to what the line
+  leaves. Its white-noise term is learned as the run-to-run spread, so its interval is where a
+  new run's statistic is expected: a Gaussian process states this from tens of runs, where
+  quantile boosting would need hundreds.
+
+    table = run_table(load_runs(dirs))       # one row per run: inputs and statistics
+    model = fit(table)
+    model.predict(rows)                      # median and 90 % interval per statistic
+    validate(table)                          # each configuration held out in turn
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel, WhiteKernel
+
+from hvbench_analysis import bounds, stats
+from hvbench_analysis.load import Runs, load_runs, run_dirs
+
+STATISTICS = ("mean", "sd", "p50", "p99", "p99.9", "max")
+PERCENTILE_OF = {"p50": 50.0, "p99": 99.0, "p99.9": 99.9}
+Z = 1.6449  # a two-sided 90 % interval; its upper end is a one-sided 95 % bound
+# The settings as the runs asked for them, and what a run is measured with.
+SETTINGS = ("target", "sched", "noise", "rate", "budget", "period", "extratime", "cap", "weight")
+MEASUREMENT = ("records", "warmup_s")
+CATEGORICAL = ("target", "sched", "noise")
+# Numeric inputs: the rate, the share of a CPU reserved, the bound and the scheduler
+# parameters that are not already in the share. Where a parameter is unset, the scheduler's
+# default stands in (period 100 ms, weight 256, extratime 0).
+NUMERIC = ("rate", "share", "period", "extratime", "weight")
+DEFAULTS = {"period": bounds.DEFAULT_PERIOD_US, "weight": 256, "extratime": 0}
+TRANSFORM = {"rate": np.log, "weight": np.log}
+
+
+class ModelError(ValueError):
+    """Runs a model cannot be fitted to, or a question it cannot answer, with the reason."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the runs as the model's inputs
+
+
+def run_statistics(latency_ms: np.ndarray) -> dict[str, float]:
+    """A run's statistics (ms) over its measured records."""
+    ms = np.asarray(latency_ms, dtype=float)
+    found = dict(
+        zip(PERCENTILE_OF, stats.percentile(ms, list(PERCENTILE_OF.values())), strict=True)
+    )
+    return {
+        "mean": float(ms.mean()),
+        "sd": float(ms.std(ddof=1)),
+        **{name: float(value) for name, value in found.items()},
+        "max": float(ms.max()),
+    }
+
+
+def cpu_share(setting: dict) -> float:
+    """The share of a CPU a setting reserves: B / P, or a cap in % / 100; 1 without one."""
+    budget, period, cap = setting.get("budget"), setting.get("period"), setting.get("cap")
+    if bounds.known(budget) and budget > 0:
+        return budget / (period if bounds.known(period) else bounds.DEFAULT_PERIOD_US)
+    if bounds.known(cap) and cap > 0:
+        return cap / 100
+    return 1.0
+
+
+def bound_of(setting: dict, sched_readback=None) -> float:
+    """The reservation's bound in ms (0 without one): read back where the run kept it."""
+    found = bounds.run_reservation(setting, sched_readback)
+    return found.bound_ms or 0.0
+
+
+def run_table(runs: Runs) -> pd.DataFrame:
+    """One row per completed run: run_id, settings, measurement, share, bound_ms, config and
+    the statistics. Runs with fewer than 100 measured records are refused (a p99.9 needs
+    them)."""
+    if runs.runs.empty:
+        raise ModelError("no completed runs to fit a model to")
+    latency = runs.measured.dropna(subset=["latency_ns"]).groupby("run_id", observed=True)
+    rows = []
+    for tags in runs.runs.to_dict("records"):
+        run_id = tags["run_id"]
+        ms = (
+            latency.get_group(run_id)["latency_ns"].to_numpy() / 1e6
+            if run_id in latency.groups
+            else np.array([])
+        )
+        if len(ms) < 100:
+            raise ModelError(f"run {run_id} has {len(ms)} measured records; the model needs 100")
+        row = {"run_id": run_id, **{k: tags[k] for k in (*SETTINGS, *MEASUREMENT)}}
+        row["share"] = cpu_share(row)
+        row["bound_ms"] = bound_of(tags, tags.get("sched_readback"))
+        rows.append({**row, **run_statistics(ms)})
+    table = pd.DataFrame(rows)
+    table["config"] = config_keys(table)
+    return table
+
+
+def config_keys(table: pd.DataFrame) -> pd.Series:
+    """A configuration: the settings, as text (repetitions share it)."""
+
+    def text(row) -> str:
+        return ", ".join(f"{k}={row[k]}" for k in SETTINGS if bounds.known(row[k]) and row[k] != "")
+
+    return table.apply(text, axis=1)
+
+
+def numeric_inputs(frame: pd.DataFrame) -> pd.DataFrame:
+    """The numeric inputs with the defaults in the gaps."""
+    out = pd.DataFrame(index=frame.index)
+    for name in NUMERIC:
+        column = pd.to_numeric(frame[name], errors="coerce").astype(float)
+        out[name] = column.fillna(DEFAULTS.get(name, np.nan))
+    return out
+
+
+def categorical_inputs(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[list(CATEGORICAL)].fillna("").astype(str)
+
+
+# ---------------------------------------------------------------------------------------------
+# the inputs the model uses
+
+
+@dataclass
+class Inputs:
+    """The inputs that vary in the training runs (the model's dimensions), the ranges and
+    levels it saw, and those that did not vary: the model speaks only of those values."""
+
+    numeric: list[str]
+    levels: dict[str, list[str]]
+    ranges: dict[str, tuple[float, float]]
+    fixed: dict[str, object]
+    center: np.ndarray = field(repr=False)
+    scale: np.ndarray = field(repr=False)
+
+    @classmethod
+    def of(cls, table: pd.DataFrame) -> Inputs:
+        numbers, words = numeric_inputs(table), categorical_inputs(table)
+        numeric = [n for n in NUMERIC if numbers[n].nunique() > 1]
+        levels = {c: sorted(words[c].unique()) for c in CATEGORICAL if words[c].nunique() > 1}
+        fixed = {n: float(numbers[n].iloc[0]) for n in NUMERIC if n not in numeric}
+        fixed |= {c: words[c].iloc[0] for c in CATEGORICAL if c not in levels}
+        if not numeric and not levels:
+            raise ModelError("the runs differ in no setting: there is nothing to model")
+        ranges = {n: (float(numbers[n].min()), float(numbers[n].max())) for n in numeric}
+        raw = cls(numeric, levels, ranges, fixed, np.zeros(0), np.ones(0)).raw_matrix(table)
+        center, scale = raw.mean(axis=0), raw.std(axis=0)
+        return cls(numeric, levels, ranges, fixed, center, np.where(scale > 0, scale, 1.0))
+
+    @property
+    def names(self) -> list[str]:
+        return [*self.numeric, *(f"{c}={v}" for c, vs in self.levels.items() for v in vs)]
+
+    def raw_matrix(self, frame: pd.DataFrame) -> np.ndarray:
+        numbers, words = numeric_inputs(frame), categorical_inputs(frame)
+        columns = [TRANSFORM.get(n, lambda x: x)(numbers[n].to_numpy()) for n in self.numeric]
+        for c, values in self.levels.items():
+            columns += [(words[c] == v).to_numpy(dtype=float) for v in values]
+        return np.column_stack(columns)
+
+    def matrix(self, frame: pd.DataFrame) -> np.ndarray:
+        return (self.raw_matrix(frame) - self.center) / self.scale
+
+    def outside(self, frame: pd.DataFrame) -> list[str]:
+        """Why rows lie outside what the model saw (empty: inside)."""
+        numbers, words = numeric_inputs(frame), categorical_inputs(frame)
+        problems = []
+        for name, (lo, hi) in self.ranges.items():
+            bad = numbers[name][(numbers[name] < lo - 1e-9) | (numbers[name] > hi + 1e-9)]
+            if not bad.empty:
+                problems.append(f"{name} {bad.iloc[0]:g} is outside the runs' {lo:g}–{hi:g}")
+        for name, value in self.fixed.items():
+            seen = numbers[name] if name in NUMERIC else words[name]
+            if (seen != value).any():
+                problems.append(f"{name} was {value!r} in every run, not {seen.iloc[0]!r}")
+        for name, values in self.levels.items():
+            unseen = sorted(set(words[name]) - set(values))
+            if unseen:
+                problems.append(f"{name} {unseen[0]!r} is not among the runs' {values}")
+        return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# fitting and predicting
+
+
+def default_kernel(dimensions: int) -> Kernel:
+    return ConstantKernel(1.0, (1e-3, 1e3)) * RBF(np.ones(dimensions), (0.3, 1e3)) + WhiteKernel(
+        0.1, (1e-6, 10.0)
+    )
+
+
+@dataclass
+class Fitted:
+    """One statistic's model: the line in log(1 + bound) and the process on what it leaves."""
+
+    line: np.ndarray  # intercept, slope
+    process: GaussianProcessRegressor
+
+    def predict_log(self, x: np.ndarray, bound_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mean, sd = self.process.predict(x, return_std=True)
+        return line_design(bound_ms) @ self.line + mean, sd
+
+
+def line_design(bound_ms: np.ndarray) -> np.ndarray:
+    return np.column_stack([np.ones(len(bound_ms)), np.log1p(np.asarray(bound_ms, float))])
+
+
+def fit_statistic(
+    x: np.ndarray, bound_ms: np.ndarray, y: np.ndarray, kernel: Kernel | None = None
+) -> Fitted:
+    """Fit the line, then the process on the rest; with a kernel given, its parameters are
+    kept as they are (how a saved model is rebuilt)."""
+    y = np.log(np.maximum(y, 1e-6))
+    design = line_design(bound_ms)
+    if np.ptp(bound_ms) > 0:
+        line = np.linalg.lstsq(design, y, rcond=None)[0]
+    else:
+        line = np.array([y.mean(), 0.0])
+    process = GaussianProcessRegressor(
+        kernel if kernel is not None else default_kernel(x.shape[1]),
+        normalize_y=True,
+        n_restarts_optimizer=2,
+        optimizer=None if kernel is not None else "fmin_l_bfgs_b",
+        random_state=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a length at its bound: flat there
+        process.fit(x, y - design @ line)
+    return Fitted(line, process)
+
+
+@dataclass
+class Model:
+    inputs: Inputs
+    fitted: dict[str, Fitted]
+    table: pd.DataFrame  # the runs it was fitted to (run_table)
+
+    def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """Per statistic: the median prediction and its 90 % interval (<stat>_lo, <stat>_hi),
+        for rows with the settings' columns (SETTINGS)."""
+        frame = with_derived(frame)
+        x = self.inputs.matrix(frame)
+        out = pd.DataFrame(index=frame.index)
+        for name, fitted in self.fitted.items():
+            mean, sd = fitted.predict_log(x, frame["bound_ms"].to_numpy())
+            out[name], out[f"{name}_lo"], out[f"{name}_hi"] = (
+                np.exp(mean),
+                np.exp(mean - Z * sd),
+                np.exp(mean + Z * sd),
+            )
+        return out
+
+
+def with_derived(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of settings with share and bound_ms (as requested) where they are missing."""
+    frame = frame.copy()
+    for column in SETTINGS:
+        if column not in frame:
+            frame[column] = None
+    if "share" not in frame:
+        frame["share"] = [cpu_share(r) for r in frame.to_dict("records")]
+    if "bound_ms" not in frame:
+        frame["bound_ms"] = [bound_of(r) for r in frame.to_dict("records")]
+    return frame
+
+
+def fit(table: pd.DataFrame, kernels: dict[str, Kernel] | None = None) -> Model:
+    """A model of every statistic from the runs' table; `kernels` (a saved model's) are kept.
+    Runs measured differently (records, warm-up) are refused: a maximum over more records is
+    another statistic."""
+    measured = table[list(MEASUREMENT)].astype(str).drop_duplicates()
+    if len(measured) > 1:
+        kinds = "; ".join(
+            ", ".join(f"{k} {v}" for k, v in row.items()) for row in measured.to_dict("records")
+        )
+        raise ModelError(f"the runs were measured differently ({kinds}): fit them apart (RUNS=)")
+    inputs = Inputs.of(table)
+    x, bound = inputs.matrix(table), table["bound_ms"].to_numpy(dtype=float)
+    fitted = {
+        name: fit_statistic(x, bound, table[name].to_numpy(float), (kernels or {}).get(name))
+        for name in STATISTICS
+    }
+    return Model(inputs, fitted, table)
+
+
+# ---------------------------------------------------------------------------------------------
+# validation: each configuration held out in turn
+
+VALIDATION_COLUMNS = [
+    "config",
+    "statistic",
+    "runs",
+    "measured",
+    "predicted",
+    "lo",
+    "hi",
+    "error_pct",
+    "runs_within",
+]
+
+
+def validate(table: pd.DataFrame) -> pd.DataFrame:
+    """Leave one configuration out: fit on the others, predict it, compare with the mean of
+    its runs' statistic. runs_within: how many of its runs fell inside the 90 % interval. A
+    configuration whose setting no other one shares (a level seen only there) cannot be
+    predicted and is left out."""
+    rows = []
+    for config, held in table.groupby("config", sort=True):
+        rest = table[table["config"] != config]
+        if rest["config"].nunique() < 2:
+            continue
+        try:
+            model = fit(rest)
+        except ModelError:
+            continue
+        if model.inputs.outside(held):
+            continue
+        predicted = model.predict(held.iloc[[0]]).iloc[0]
+        for name in STATISTICS:
+            measured = held[name].to_numpy(float)
+            lo, hi = predicted[f"{name}_lo"], predicted[f"{name}_hi"]
+            rows.append(
+                {
+                    "config": config,
+                    "statistic": name,
+                    "runs": len(held),
+                    "measured": measured.mean(),
+                    "predicted": predicted[name],
+                    "lo": lo,
+                    "hi": hi,
+                    "error_pct": 100 * abs(predicted[name] - measured.mean()) / measured.mean(),
+                    "runs_within": int(((measured >= lo) & (measured <= hi)).sum()),
+                }
+            )
+    return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
+
+
+def validation_summary(validation: pd.DataFrame) -> pd.DataFrame:
+    """Per statistic: configurations held out, mean absolute % error (and the median), the
+    share of held-out runs inside their 90 % interval."""
+    rows = []
+    for name in STATISTICS:
+        part = validation[validation["statistic"] == name]
+        if part.empty:
+            continue
+        rows.append(
+            {
+                "Statistic": name,
+                "Configurations held out": len(part),
+                "Runs held out": int(part["runs"].sum()),
+                "Mean abs. error (%)": part["error_pct"].mean(),
+                "Median abs. error (%)": part["error_pct"].median(),
+                "Runs inside the 90 % interval (%)": 100
+                * part["runs_within"].sum()
+                / part["runs"].sum(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# the model's files: beside the runs, with the inputs it came from
+
+FORMAT = 1
+MODEL_FILE, RUNS_FILE, VALIDATION_FILE = "model.json", "runs.csv", "validation.csv"
+
+
+def save(model: Model, validation: pd.DataFrame, directory: Path, source: dict) -> Path:
+    """model.json (inputs, kernels, validation summary, where the runs came from), runs.csv
+    (the runs' table it was fitted to) and validation.csv. load() rebuilds the same model."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model.table.to_csv(directory / RUNS_FILE, index=False)
+    validation.to_csv(directory / VALIDATION_FILE, index=False)
+    doc = {
+        "format": FORMAT,
+        "source": source,
+        "runs": len(model.table),
+        "configurations": int(model.table["config"].nunique()),
+        "statistics": list(STATISTICS),
+        "inputs": {
+            "dimensions": model.inputs.names,
+            "ranges": model.inputs.ranges,
+            "levels": model.inputs.levels,
+            "fixed": model.inputs.fixed,
+        },
+        "fitted": {
+            name: {
+                "line": [float(v) for v in f.line],
+                "kernel": str(f.process.kernel_),
+                "theta": [float(v) for v in f.process.kernel_.theta],
+            }
+            for name, f in model.fitted.items()
+        },
+        "validation": validation_summary(validation).to_dict("records"),
+        "made_with": {"scikit-learn": sklearn_version()},
+    }
+    (directory / MODEL_FILE).write_text(json.dumps(doc, indent=2) + "\n")
+    return directory / MODEL_FILE
+
+
+def sklearn_version() -> str:
+    import sklearn
+
+    return sklearn.__version__
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """runs.csv as written: empty text stays "" (no neighbours), not NaN."""
+    table = pd.read_csv(path, keep_default_na=False, na_values={c: [""] for c in NUMERIC_COLUMNS})
+    for column in (*CATEGORICAL, "config", "run_id"):
+        table[column] = table[column].astype(str)
+    return table
+
+
+def read_validation(path: Path) -> pd.DataFrame:
+    validation = pd.read_csv(path, keep_default_na=False, na_values={"predicted": [""]})
+    validation["config"] = validation["config"].astype(str)
+    return validation
+
+
+NUMERIC_COLUMNS = (
+    "rate",
+    "budget",
+    "period",
+    "extratime",
+    "cap",
+    "weight",
+    *MEASUREMENT,
+    "share",
+    "bound_ms",
+    *STATISTICS,
+)
+
+
+def load(directory: Path) -> tuple[Model, dict]:
+    """The saved model, rebuilt from its runs with its kernels as fitted, and model.json."""
+    try:
+        doc = json.loads((directory / MODEL_FILE).read_text())
+        table = read_table(directory / RUNS_FILE)
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelError(f"no model in {directory} ({e}): make model CAMPAIGN=... first") from None
+    if doc.get("format") != FORMAT:
+        raise ModelError(f"{directory / MODEL_FILE} is format {doc.get('format')}, not {FORMAT}")
+    inputs = Inputs.of(table)
+    kernels = {
+        name: default_kernel(len(inputs.names)).clone_with_theta(np.array(f["theta"]))
+        for name, f in doc["fitted"].items()
+    }
+    return fit(table, kernels), doc
+
+
+# ---------------------------------------------------------------------------------------------
+# `hvbench model fit`
+
+
+def fit_folder(results: Path, names: list[str], out: Path) -> tuple[Model, pd.DataFrame]:
+    """Fit, validate and save the model of the completed runs in a results folder."""
+    runs = load_runs(run_dirs(results, names))
+    for name, reason in runs.skipped:
+        print(f"model: skipped {name}: {reason}", file=sys.stderr)
+    for run in runs.left_out:
+        print(f"model: left out {run.run_id} ({run.state}): {run.reason}", file=sys.stderr)
+    table = run_table(runs)
+    fitted, validation = fit(table), validate(table)
+    save(fitted, validation, out, {"results": str(results), "runs": names or "all"})
+    return fitted, validation
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="hvbench model", description="fit a performance model to runs (docs/model.md)"
+    )
+    p.add_argument("action", choices=["fit"])
+    p.add_argument("--results", required=True, help="the runs' folder, e.g. results/<campaign>")
+    p.add_argument("--runs", default="", help="comma-separated run names or globs (default all)")
+    p.add_argument("--out", help="where the model goes (default <results>/model)")
+    args = p.parse_args(argv)
+    results = Path(args.results)
+    out = Path(args.out) if args.out else results / "model"
+    names = [n.strip() for n in args.runs.split(",") if n.strip()]
+    try:
+        fitted, validation = fit_folder(results, names, out)
+    except (ModelError, OSError) as e:
+        print(f"hvbench model: {e}", file=sys.stderr)
+        return 1
+    summary = validation_summary(validation)
+    print(
+        f"model: {len(fitted.table)} runs, {fitted.table['config'].nunique()} configurations; "
+        f"inputs {', '.join(fitted.inputs.names)} → {out / MODEL_FILE}"
+    )
+    if summary.empty:
+        print("model: no configuration could be held out (it needs three that share settings)")
+    else:
+        print("held out one configuration at a time:\n" + summary.round(2).to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

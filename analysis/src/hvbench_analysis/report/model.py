@@ -1,0 +1,73 @@
+"""The performance model's section: the model `make model` saved beside the runs, how well it
+predicted configurations it had not seen, and the advice `make advise` gave (docs/model.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hvbench_analysis import figures, model
+from hvbench_analysis.advice import Advice, advice_text
+from hvbench_analysis.report.page import OutDirs, Page, table_with_note
+
+
+def model_section(page: Page, results: Path, dirs: OutDirs) -> None:
+    """Only where the results folder holds a model (results/<campaign>/model)."""
+    folder = results / "model"
+    if not (folder / model.MODEL_FILE).exists():
+        return
+    page.h(2, "Performance model")
+    try:
+        doc = json.loads((folder / model.MODEL_FILE).read_text())
+        validation = model.read_validation(folder / model.VALIDATION_FILE)
+    except (OSError, ValueError, KeyError) as e:
+        page.p(f"The model in {folder} cannot be read: {e}", "flag")
+        return
+    page.p(
+        f"Fitted to {doc['runs']} runs in {doc['configurations']} configurations; it varies "
+        f"{', '.join(doc['inputs']['dimensions'])} and holds "
+        f"{', '.join(f'{k} {v}' for k, v in doc['inputs']['fixed'].items())}. Each statistic "
+        "is a line in log(1 + the reservation's bound) plus a Gaussian process over the "
+        "settings, on the logarithm of the statistic. The model, its inputs (runs.csv) and the "
+        f"held-out predictions (validation.csv) are in {folder}."
+    )
+    summary = model.validation_summary(validation)
+    if summary.empty:
+        page.p("No configuration could be held out: it takes three that share settings.", "note")
+    else:
+        table_with_note(
+            page,
+            summary,
+            "model_validation",
+            dirs,
+            "Each configuration held out in turn, the model fitted to the others and asked for "
+            "it: the absolute error of its prediction against the mean of the configuration's "
+            "runs, and how many of those runs fell inside the predicted 90 % interval.",
+        )
+        png = figures.save(
+            figures.predicted_vs_measured(validation, model.STATISTICS),
+            dirs.figures,
+            "model_predicted_vs_measured",
+        )
+        page.figure(png, "Predicted vs measured, held-out configurations", "model_predicted")
+    for path in sorted(folder.glob("advice-*.json")):
+        advice_paragraph(page, path)
+
+
+def advice_paragraph(page: Page, path: Path) -> None:
+    try:
+        record = json.loads(path.read_text())
+        text = advice_text(Advice(**record["advice"]))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        page.p(f"{path.name} cannot be read: {e}", "flag")
+        return
+    checked = record.get("verification")
+    if checked and checked.get("held") is not None:
+        verdict = "held" if checked["held"] else "did not hold"
+        text += (
+            f" Verified by run {checked['run_id']}: {record['slo'].split()[0]} "
+            f"{checked['measured_ms']:.2f} ms, the SLO {verdict}."
+        )
+    elif record.get("confirm"):
+        text += f" Not verified yet: {record['confirm']['make']}"
+    page.p(f"Advice ({record.get('slo')}): {text}")

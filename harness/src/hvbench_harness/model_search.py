@@ -1,0 +1,165 @@
+"""The adaptive campaign (`search: {method: model, ...}`): instead of every point at every value
+of the knob, runs one setting at a time where the performance model is least certain of the
+answer.
+
+1. Each point first runs at the smallest, the largest and the middle value.
+2. Then, after each run, the model (hvbench_analysis.model) is fitted to every run done so far
+   and asked, for each point, for the advice (the smallest value whose 90 % interval stays
+   within the SLO, hvbench_analysis.advice). The next run goes to the (point, value) whose
+   interval's upper end lies the fewest of its standard deviations from the SLO: where the
+   advice is decided. A value runs at most `repetitions` times.
+3. The search stops when the advice of every point stayed the same over `stable` more runs, or
+   after `max_runs` (default: the full grid's number), and saves the model beside the runs.
+
+Every step (runs so far, the advice, the next setting) is kept in campaign.json; a resumed
+search replays the runs done before (the same fits choose the same settings) and goes on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hvbench_analysis import advice as advisor
+from hvbench_analysis import model
+from hvbench_analysis.load import load_runs, run_dirs
+
+# Point settings the advice is asked at, besides the scheduler, the rate and the target.
+HELD = ("period", "extratime", "weight", "cap", "noise")
+
+
+def first_values(values: list[float]) -> list[float]:
+    """The smallest, the largest and the middle value."""
+    return list(dict.fromkeys([values[0], values[-1], values[len(values) // 2]]))
+
+
+def asked_of(point, target: str, knob: str) -> dict:
+    asked = {"sched": point.settings.get("sched", "none"), "rate": point.rate_per_s()}
+    asked |= {k: point.settings[k] for k in HELD if point.settings.get(k) is not None}
+    return {**asked, "target": target, "knob": knob}
+
+
+class Search:
+    def __init__(self, runner, log) -> None:
+        self.runner, self.log = runner, log
+        self.campaign = runner.campaign
+        self.search = runner.campaign.search
+        self.slo = advisor.parse_slo(self.search.slo)
+        self.record = runner.index.doc["search"]
+        self.tried: dict[tuple[str, float], int] = {}
+        self.done: list[str] = []  # the runs done, in the search's order (a resume replays it)
+
+    def run(self) -> None:
+        self.record["steps"] = []  # replayed from the runs done before
+        for point in self.campaign.points:
+            self.record["points"][point.id] = {"settings": point.settings, "runs": []}
+        for value in first_values(self.search.values):
+            for point in self.campaign.points:
+                self.run_at(point, value)
+        limit = self.search.max_runs or self.campaign.grid_runs()
+        while sum(self.tried.values()) < limit:
+            fitted = self.fit()
+            step = {"runs": sum(self.tried.values()), "advice": self.advice(fitted)}
+            self.record["steps"].append(step)
+            if self.settled():
+                break
+            choice = self.next_setting(fitted)
+            if choice is None:
+                break
+            step["next"] = {"point": choice[0].id, self.search.knob: choice[1]}
+            self.runner.index.save()
+            self.run_at(*choice)
+        self.finish()
+
+    def run_at(self, point, value: float) -> None:
+        n = self.tried.get((point.id, value), 0) + 1
+        self.tried[(point.id, value)] = n
+        label = f"[{point.id} at {self.search.knob} {value:g}, run {sum(self.tried.values())}]"
+        entry = self.runner.run_one(point.at(self.search.knob, value), n, label)
+        self.record["points"][point.id]["runs"].append(entry["run_id"])
+        if entry["status"] == "done":
+            self.done.append(entry["run_id"])
+
+    def fit(self) -> model.Model | None:
+        """The model of every run done; None where it cannot be fitted yet."""
+        try:
+            runs = load_runs(run_dirs(self.runner.folder, self.done))
+            return model.fit(model.run_table(runs))
+        except model.ModelError:
+            return None
+
+    def advice(self, fitted: model.Model | None) -> dict[str, float | str | None]:
+        """Each point's advice (None: no value meets the SLO; "unknown": no model yet)."""
+        found: dict[str, float | str | None] = {}
+        for point in self.campaign.points:
+            found[point.id] = "unknown"
+            if fitted is None:
+                continue
+            asked = asked_of(point, self.campaign.target, self.search.knob)
+            try:
+                found[point.id] = advisor.advise(fitted, asked, self.slo, self.search.values).value
+            except model.ModelError:
+                continue
+        return found
+
+    def settled(self) -> bool:
+        """The advice stayed the same over the last `stable` runs (and is known)."""
+        steps = self.record["steps"][-(self.search.stable + 1) :]
+        if len(steps) <= self.search.stable:
+            return False
+        advice = [s["advice"] for s in steps]
+        return all(a == advice[0] for a in advice) and "unknown" not in advice[0].values()
+
+    def next_setting(self, fitted: model.Model | None):
+        """The (point, value) least certain near the SLO; without a model, the value farthest
+        from those run. None when every value ran its repetitions."""
+        best, best_score = None, float("inf")
+        for point in self.campaign.points:
+            open_values = [v for v in self.search.values if self.open(point, v)]
+            if not open_values:
+                continue
+            scores = self.scores(fitted, point, open_values)
+            for value, score in zip(open_values, scores, strict=True):
+                if score < best_score:
+                    best, best_score = (point, value), score
+        return best
+
+    def open(self, point, value: float) -> bool:
+        return self.tried.get((point.id, value), 0) < self.campaign.repetitions
+
+    def scores(self, fitted: model.Model | None, point, values: list[float]) -> list[float]:
+        """Smaller is sooner: the model's distance to the SLO, or without one, minus the
+        distance to the nearest value run (the farthest first)."""
+        if fitted is not None:
+            asked = asked_of(point, self.campaign.target, self.search.knob)
+            try:
+                _, _, _, predicted = advisor.predictions(fitted, asked, values)
+                return list(advisor.least_certain(predicted, self.slo))
+            except model.ModelError:
+                pass
+        run = [v for v in self.search.values if (point.id, v) in self.tried]
+        return [-min(abs(v - r) for r in run) if run else 0.0 for v in values]
+
+    def finish(self) -> None:
+        """The final advice per point and the model, saved beside the runs."""
+        self.record["runs"], self.record["grid_runs"] = (
+            sum(self.tried.values()),
+            self.campaign.grid_runs(),
+        )
+        folder: Path = self.runner.folder
+        try:
+            fitted, _ = model.fit_folder(folder, self.done, folder / "model")
+        except model.ModelError as e:
+            self.record["model"] = f"not fitted: {e}"
+            self.runner.index.save()
+            return
+        self.record["model"] = str(folder / "model")
+        for point in self.campaign.points:
+            asked = asked_of(point, self.campaign.target, self.search.knob)
+            try:
+                found = advisor.advise(fitted, asked, self.slo, self.search.values)
+            except model.ModelError as e:
+                self.record["points"][point.id]["advice"] = f"none: {e}"
+                continue
+            self.record["points"][point.id]["advice"] = found.as_dict()
+            self.log(f"{point.id}: {advisor.advice_text(found)}")
+        self.runner.index.save()
