@@ -77,7 +77,7 @@ def test_the_model_is_fitted_validated_and_saved_with_its_inputs(advised):
     assert "held out one configuration at a time" in fitted.stdout
     doc = json.loads((folder / "model" / model.MODEL_FILE).read_text())
     assert doc["runs"] == doc["configurations"] == 6
-    assert doc["inputs"]["dimensions"] == ["rate", "share"]
+    assert doc["inputs"]["dimensions"] == ["rate", "share", "capacity_ms"]
     assert doc["source"]["results"] == str(folder)
     validation = {row["Statistic"]: row for row in doc["validation"]}
     assert list(validation) == list(model.STATISTICS)

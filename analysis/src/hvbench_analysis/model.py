@@ -30,11 +30,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import least_squares
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
-from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel, WhiteKernel
+from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
 
-from hvbench_analysis import bounds, stats
+from hvbench_analysis import bounds, results, stats
 from hvbench_analysis.load import Runs, load_runs, run_dirs
 
 STATISTICS = ("mean", "sd", "p50", "p99", "p99.9", "max")
@@ -47,9 +48,9 @@ CATEGORICAL = ("target", "sched", "noise")
 # Numeric inputs: the rate, the share of a CPU reserved, the bound and the scheduler
 # parameters that are not already in the share. Where a parameter is unset, the scheduler's
 # default stands in (period 100 ms, weight 256, extratime 0).
-NUMERIC = ("rate", "share", "period", "extratime", "weight")
+NUMERIC = ("rate", "share", "capacity_ms", "period", "extratime", "weight")
 DEFAULTS = {"period": bounds.DEFAULT_PERIOD_US, "weight": 256, "extratime": 0}
-TRANSFORM = {"rate": np.log, "weight": np.log}
+TRANSFORM = {"rate": np.log, "capacity_ms": np.log, "weight": np.log}
 
 
 class ModelError(ValueError):
@@ -105,15 +106,30 @@ def run_table(runs: Runs) -> pd.DataFrame:
             if run_id in latency.groups
             else np.array([])
         )
+        lost = lost_latency_ms(Path(tags["path"])) if tags.get("missing") else np.array([])
         if len(ms) < 100:
             raise ModelError(f"run {run_id} has {len(ms)} measured records; the model needs 100")
+        ms = np.concatenate([ms, lost])
         row = {"run_id": run_id, **{k: tags[k] for k in (*SETTINGS, *MEASUREMENT)}}
+        row["censored"] = len(lost)
         row["share"] = cpu_share(row)
         row["bound_ms"] = bound_of(tags, tags.get("sched_readback"))
         rows.append({**row, **run_statistics(ms)})
     table = pd.DataFrame(rows)
     table["config"] = config_keys(table)
     return table
+
+
+def lost_latency_ms(directory: Path) -> np.ndarray:
+    """The measured records a run sent and never received (an overloaded run whose drain
+    ended first), each at a lower bound of its latency: the run waited for them until DRAIN
+    seconds after the last send (and past the last record it received). Left out, they would
+    make an overloaded run look fast."""
+    samples = results.read_samples(directory)
+    drain_s = results.read_meta(directory)["requested"].get("drain_s") or 0.0
+    end = max(samples["sent_ns"].max() + drain_s * 1e9, samples["received_ns"].max())
+    lost = samples[(samples["copies"] == 0) & ~samples["warmup"] & samples["sent_ns"].notna()]
+    return (end - lost["sent_ns"]).to_numpy(float) / 1e6
 
 
 def config_keys(table: pd.DataFrame) -> pd.Series:
@@ -129,6 +145,9 @@ def numeric_inputs(frame: pd.DataFrame) -> pd.DataFrame:
     """The numeric inputs with the defaults in the gaps."""
     out = pd.DataFrame(index=frame.index)
     for name in NUMERIC:
+        if name == "capacity_ms":  # the CPU reserved per record: below its cost, a queue grows
+            out[name] = out["share"] * 1000 / out["rate"]
+            continue
         column = pd.to_numeric(frame[name], errors="coerce").astype(float)
         out[name] = column.fillna(DEFAULTS.get(name, np.nan))
     return out
@@ -205,50 +224,123 @@ class Inputs:
 # fitting and predicting
 
 
-def default_kernel(dimensions: int) -> Kernel:
-    return ConstantKernel(1.0, (1e-3, 1e3)) * RBF(np.ones(dimensions), (0.3, 1e3)) + WhiteKernel(
-        0.1, (1e-6, 10.0)
-    )
+# The analytical part of a statistic (its logarithm), by name:
+# - bound: a straight line in log(1 + bound), the longest the reservation can leave the job
+#   without CPU (a tail from a budget that runs out);
+# - knee: base + A · max(0, c / capacity − 1), capacity the CPU reserved per record (ms): below
+#   the CPU a record needs (c), records queue and wait longer the more are sent; above it, the
+#   base. A queue's knee, with c, the base and A fitted;
+# - none: a constant.
+ANALYTIC = ("bound", "knee", "none")
+
+
+@dataclass(frozen=True)
+class Form:
+    """How one statistic is modelled: its analytical part (ANALYTIC) and how smooth the learned
+    part is (Matérn ν: 0.5 can follow a knee, 1.5 prefers a smooth curve)."""
+
+    analytic: str = "bound"
+    nu: float = 1.5
+
+
+FORMS = tuple(Form(a, nu) for a in ANALYTIC for nu in (1.5, 0.5))
+
+
+def default_kernel(dimensions: int, nu: float = 1.5) -> Kernel:
+    """A scale, a Matérn kernel with one length per input, and white noise (the spread from
+    run to run)."""
+    lengths = Matern(np.ones(dimensions), (0.3, 1e3), nu=nu)
+    return ConstantKernel(1.0, (1e-3, 1e3)) * lengths + WhiteKernel(0.1, (1e-6, 10.0))
+
+
+def analytic_part(kind: str, params: np.ndarray, basis: pd.DataFrame) -> np.ndarray:
+    """The analytical part's log value for rows with bound_ms and capacity_ms."""
+    if kind == "bound":
+        return params[0] + params[1] * np.log1p(basis["bound_ms"].to_numpy(float))
+    if kind == "knee":
+        return knee(params, basis["capacity_ms"].to_numpy(float))
+    return np.full(len(basis), params[0])
+
+
+def knee(params: np.ndarray, capacity_ms: np.ndarray) -> np.ndarray:
+    """log(base + A · max(0, c / capacity − 1)), the parameters as logarithms."""
+    base, height, cost = np.exp(params)
+    return np.log(base + height * np.maximum(0.0, cost / capacity_ms - 1))
+
+
+def fit_analytic(kind: str, basis: pd.DataFrame, y: np.ndarray) -> np.ndarray:
+    """The analytical part's parameters (least squares on the log; the knee from several
+    starts of its c across the capacities seen, keeping the best)."""
+    if kind == "bound" and np.ptp(basis["bound_ms"]) > 0:
+        design = np.column_stack([np.ones(len(y)), np.log1p(basis["bound_ms"].to_numpy(float))])
+        return np.linalg.lstsq(design, y, rcond=None)[0]
+    capacity = basis["capacity_ms"].to_numpy(float)
+    if kind == "knee" and np.ptp(capacity) > 0:
+        fits = [
+            least_squares(
+                lambda p: knee(p, capacity) - y,
+                x0=[np.median(y), np.log(1e3), np.log(cost)],
+                loss="soft_l1",
+            )
+            for cost in np.quantile(capacity, [0.2, 0.5, 0.8])
+        ]
+        return min(fits, key=lambda f: f.cost).x
+    return np.array([y.mean(), 0.0])  # a constant ("none", or nothing varies)
 
 
 @dataclass
 class Fitted:
-    """One statistic's model: the line in log(1 + bound) and the process on what it leaves."""
+    """One statistic's model: the analytical part and the process on what it leaves."""
 
-    line: np.ndarray  # intercept, slope
+    form: Form
+    params: np.ndarray  # the analytical part's
     process: GaussianProcessRegressor
 
-    def predict_log(self, x: np.ndarray, bound_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def predict_log(self, x: np.ndarray, basis: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         mean, sd = self.process.predict(x, return_std=True)
-        return line_design(bound_ms) @ self.line + mean, sd
-
-
-def line_design(bound_ms: np.ndarray) -> np.ndarray:
-    return np.column_stack([np.ones(len(bound_ms)), np.log1p(np.asarray(bound_ms, float))])
+        return analytic_of(self.form, self.params, basis) + mean, sd
 
 
 def fit_statistic(
-    x: np.ndarray, bound_ms: np.ndarray, y: np.ndarray, kernel: Kernel | None = None
+    x: np.ndarray,
+    basis: pd.DataFrame,
+    y: np.ndarray,
+    kernel: Kernel | None = None,
+    form: Form = Form(),
+    restarts: int = 2,
 ) -> Fitted:
-    """Fit the line, then the process on the rest; with a kernel given, its parameters are
-    kept as they are (how a saved model is rebuilt)."""
+    """Fit the analytical part, then the process on the rest; with a kernel given, its
+    parameters are kept as they are (how a saved model is rebuilt)."""
     y = np.log(np.maximum(y, 1e-6))
-    design = line_design(bound_ms)
-    if np.ptp(bound_ms) > 0:
-        line = np.linalg.lstsq(design, y, rcond=None)[0]
-    else:
-        line = np.array([y.mean(), 0.0])
+    params = fit_analytic(form.analytic, basis, y)
     process = GaussianProcessRegressor(
-        kernel if kernel is not None else default_kernel(x.shape[1]),
+        kernel if kernel is not None else default_kernel(x.shape[1], form.nu),
         normalize_y=True,
-        n_restarts_optimizer=2,
+        n_restarts_optimizer=restarts,
         optimizer=None if kernel is not None else "fmin_l_bfgs_b",
         random_state=0,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # a length at its bound: flat there
-        process.fit(x, y - design @ line)
-    return Fitted(line, process)
+        process.fit(x, y - analytic_of(form, params, basis))
+    return Fitted(form, params, process)
+
+
+def analytic_of(form: Form, params: np.ndarray, basis: pd.DataFrame) -> np.ndarray:
+    """The analytical part as fitted: a knee or line that could not be fitted (nothing varied)
+    is the constant fit_analytic gave instead."""
+    kind = form.analytic if not (form.analytic == "knee" and len(params) == 2) else "none"
+    return analytic_part(kind, params, basis)
+
+
+def basis_of(frame: pd.DataFrame) -> pd.DataFrame:
+    """What the analytical parts read: the bound and the capacity per record."""
+    return pd.DataFrame(
+        {
+            "bound_ms": frame["bound_ms"].to_numpy(float),
+            "capacity_ms": numeric_inputs(frame)["capacity_ms"].to_numpy(float),
+        }
+    )
 
 
 @dataclass
@@ -256,15 +348,16 @@ class Model:
     inputs: Inputs
     fitted: dict[str, Fitted]
     table: pd.DataFrame  # the runs it was fitted to (run_table)
+    forms: dict[str, Form]  # per statistic: how it is modelled
 
     def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Per statistic: the median prediction and its 90 % interval (<stat>_lo, <stat>_hi),
         for rows with the settings' columns (SETTINGS)."""
         frame = with_derived(frame)
-        x = self.inputs.matrix(frame)
+        x, basis = self.inputs.matrix(frame), basis_of(frame)
         out = pd.DataFrame(index=frame.index)
         for name, fitted in self.fitted.items():
-            mean, sd = fitted.predict_log(x, frame["bound_ms"].to_numpy())
+            mean, sd = fitted.predict_log(x, basis)
             out[name], out[f"{name}_lo"], out[f"{name}_hi"] = (
                 np.exp(mean),
                 np.exp(mean - Z * sd),
@@ -286,9 +379,15 @@ def with_derived(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def fit(table: pd.DataFrame, kernels: dict[str, Kernel] | None = None) -> Model:
-    """A model of every statistic from the runs' table; `kernels` (a saved model's) are kept.
-    Runs measured differently (records, warm-up) are refused: a maximum over more records is
+def fit(
+    table: pd.DataFrame,
+    kernels: dict[str, Kernel] | None = None,
+    forms: dict[str, Form] | None = None,
+    restarts: int = 2,
+) -> Model:
+    """A model of every statistic from the runs' table; `kernels` (a saved model's) are kept;
+    `forms` says per statistic how it is modelled (default: Form()). Runs
+    measured differently (records, warm-up) are refused: a maximum over more records is
     another statistic."""
     measured = table[list(MEASUREMENT)].astype(str).drop_duplicates()
     if len(measured) > 1:
@@ -297,12 +396,15 @@ def fit(table: pd.DataFrame, kernels: dict[str, Kernel] | None = None) -> Model:
         )
         raise ModelError(f"the runs were measured differently ({kinds}): fit them apart (RUNS=)")
     inputs = Inputs.of(table)
-    x, bound = inputs.matrix(table), table["bound_ms"].to_numpy(dtype=float)
+    x, basis = inputs.matrix(table), basis_of(table)
+    forms = dict.fromkeys(STATISTICS, Form()) | (forms or {})
     fitted = {
-        name: fit_statistic(x, bound, table[name].to_numpy(float), (kernels or {}).get(name))
+        name: fit_statistic(
+            x, basis, table[name].to_numpy(float), (kernels or {}).get(name), forms[name], restarts
+        )
         for name in STATISTICS
     }
-    return Model(inputs, fitted, table)
+    return Model(inputs, fitted, table, forms)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,7 +423,7 @@ VALIDATION_COLUMNS = [
 ]
 
 
-def validate(table: pd.DataFrame) -> pd.DataFrame:
+def validate(table: pd.DataFrame, forms: dict[str, Form] | None = None) -> pd.DataFrame:
     """Leave one configuration out: fit on the others, predict it, compare with the mean of
     its runs' statistic. runs_within: how many of its runs fell inside the 90 % interval. A
     configuration whose setting no other one shares (a level seen only there) cannot be
@@ -332,7 +434,7 @@ def validate(table: pd.DataFrame) -> pd.DataFrame:
         if rest["config"].nunique() < 2:
             continue
         try:
-            model = fit(rest)
+            model = fit(rest, forms=forms, restarts=0)  # held-out fits: one start of the optimizer
         except ModelError:
             continue
         if model.inputs.outside(held):
@@ -355,6 +457,23 @@ def validate(table: pd.DataFrame) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
+
+
+def choose_forms(table: pd.DataFrame) -> tuple[dict[str, Form], pd.DataFrame]:
+    """Per statistic, the form (FORMS) that predicted the held-out configurations best (the
+    lowest median error; the first of FORMS where equal), and the validation of that choice.
+    The bound explains a tail where the budget runs out; where it does not (a queue that grows
+    once the CPU reserved per record is below what a record needs), a line through it
+    misleads, and a knee is followed better by the rougher kernel."""
+    tried = [validate(table, dict.fromkeys(STATISTICS, form)) for form in FORMS]
+    forms, chosen = {}, []
+    for name in STATISTICS:
+        parts = [v[v["statistic"] == name] for v in tried]
+        errors = [p["error_pct"].median() if not p.empty else np.inf for p in parts]
+        best = int(np.argmin(errors))
+        forms[name] = FORMS[best]
+        chosen.append(parts[best])
+    return forms, pd.concat(chosen, ignore_index=True)
 
 
 def validation_summary(validation: pd.DataFrame) -> pd.DataFrame:
@@ -407,7 +526,9 @@ def save(model: Model, validation: pd.DataFrame, directory: Path, source: dict) 
         },
         "fitted": {
             name: {
-                "line": [float(v) for v in f.line],
+                "analytic": f.form.analytic,
+                "analytic_params": [float(v) for v in f.params],
+                "matern_nu": f.form.nu,
                 "kernel": str(f.process.kernel_),
                 "theta": [float(v) for v in f.process.kernel_.theta],
             }
@@ -441,6 +562,7 @@ def read_validation(path: Path) -> pd.DataFrame:
 
 
 NUMERIC_COLUMNS = (
+    "censored",
     "rate",
     "budget",
     "period",
@@ -465,10 +587,13 @@ def load(directory: Path) -> tuple[Model, dict]:
         raise ModelError(f"{directory / MODEL_FILE} is format {doc.get('format')}, not {FORMAT}")
     inputs = Inputs.of(table)
     kernels = {
-        name: default_kernel(len(inputs.names)).clone_with_theta(np.array(f["theta"]))
+        name: default_kernel(len(inputs.names), f["matern_nu"]).clone_with_theta(
+            np.array(f["theta"])
+        )
         for name, f in doc["fitted"].items()
     }
-    return fit(table, kernels), doc
+    forms = {name: Form(f["analytic"], f["matern_nu"]) for name, f in doc["fitted"].items()}
+    return fit(table, kernels, forms), doc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -483,7 +608,8 @@ def fit_folder(results: Path, names: list[str], out: Path) -> tuple[Model, pd.Da
     for run in runs.left_out:
         print(f"model: left out {run.run_id} ({run.state}): {run.reason}", file=sys.stderr)
     table = run_table(runs)
-    fitted, validation = fit(table), validate(table)
+    forms, validation = choose_forms(table)
+    fitted = fit(table, forms=forms)
     save(fitted, validation, out, {"results": str(results), "runs": names or "all"})
     return fitted, validation
 
