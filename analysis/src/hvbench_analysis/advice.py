@@ -5,10 +5,12 @@
 
 The knob is what the runs varied for that scheduler: the budget, else the cap, else the weight.
 Over a fine grid of it, within what the runs covered (never beyond), the advice is the smallest
-value from which on every larger one keeps the upper end of the 90 % interval (a one-sided 95 %
-bound) within the SLO: a curve that wiggles cannot make a value look safe below a failing one.
-The same rule on the median and on the lower end gives where the SLO is crossed, with its
-interval.
+value whose interval's upper end (a one-sided 95 % bound) is within the SLO, and from which on
+the median prediction of every larger value is within it too: more of the CPU does not make
+the latency worse, so a curve that wiggles cannot make a value look safe below a failing one,
+while the interval, wide between the settings the runs had, is asked of the advice alone. Where
+the SLO is crossed: the smallest value from which on the median (the lower end) stays within
+it, and the advice, give the crossing and its interval.
 """
 
 from __future__ import annotations
@@ -139,9 +141,14 @@ def advise(model: Model, asked: dict, slo: Slo, values=None) -> Advice:
     name = slo.statistic
     crossing = {
         end: smallest_from_which(values, predicted[column].to_numpy() <= slo.limit_ms)
-        for end, column in (("median", name), ("lo", f"{name}_lo"), ("hi", f"{name}_hi"))
+        for end, column in (("median", name), ("lo", f"{name}_lo"))
     }
-    value = crossing["hi"]
+    within = predicted[f"{name}_hi"].to_numpy() <= slo.limit_ms
+    value = None
+    if crossing["median"] is not None:
+        safe = values[(values >= crossing["median"]) & within]
+        value = float(safe[0]) if len(safe) else None
+    crossing["hi"] = value
     at = None
     if value is not None:
         row = predicted[values == value].iloc[0]
@@ -162,7 +169,8 @@ def least_certain(predicted: pd.DataFrame, slo: Slo) -> np.ndarray:
     name = slo.statistic
     sd = (np.log(predicted[f"{name}_hi"]) - np.log(predicted[name])) / Z
     gap = np.abs(np.log(predicted[f"{name}_hi"]) - np.log(slo.limit_ms))
-    return (gap / np.maximum(sd, 1e-9)).to_numpy()
+    # an interval without an end (too few runs yet) is as uncertain as it gets: 0
+    return np.nan_to_num((gap / np.maximum(sd, 1e-9)).to_numpy(), nan=0.0, posinf=0.0)
 
 
 def advice_text(advice: Advice) -> str:

@@ -4,19 +4,21 @@ checked by holding out whole configurations.
 
 Each statistic is modelled on its logarithm (latencies are positive and spread in proportion
 to their size), in two parts:
-- the analytical part, a straight line in log(1 + bound): bound is the longest time the
-  reservation can leave the job without CPU, from the setting read back (bounds.py: 2·(P − B)
-  for a budget B every P; 0 without a reservation);
-- the learned part, a Gaussian process over every input that varies (rate, share of a CPU,
-  bound, period, extratime, weight, target, scheduler, neighbours), fitted to what the line
-  leaves. Its white-noise term is learned as the run-to-run spread, so its interval is where a
-  new run's statistic is expected: a Gaussian process states this from tens of runs, where
-  quantile boosting would need hundreds.
+- an analytical part (ANALYTIC): a line in log(1 + bound), bound the longest time the
+  reservation can leave the job without CPU as read back (bounds.py: 2·(P − B)); or a queue's
+  knee in the CPU reserved per record; or a constant;
+- a learned part, a Gaussian process (Matérn) over every input that varies (rate, share of a
+  CPU, CPU per record, period, extratime, weight, target, scheduler, neighbours), fitted to
+  what the analytical part leaves. Its white-noise term is learned as the run-to-run spread,
+  so its interval is where a new run's statistic is expected: a Gaussian process states this
+  from tens of runs, where quantile boosting would need hundreds.
+Each statistic takes the form (FORMS) that predicted held-out configurations best
+(choose_forms). docs/model.md says why.
 
     table = run_table(load_runs(dirs))       # one row per run: inputs and statistics
     model = fit(table)
     model.predict(rows)                      # median and 90 % interval per statistic
-    validate(table)                          # each configuration held out in turn
+    forms, validation = choose_forms(table)  # each configuration held out in turn
 """
 
 from __future__ import annotations
@@ -250,7 +252,7 @@ def default_kernel(dimensions: int, nu: float = 1.5) -> Kernel:
     """A scale, a Matérn kernel with one length per input, and white noise (the spread from
     run to run)."""
     lengths = Matern(np.ones(dimensions), (0.3, 1e3), nu=nu)
-    return ConstantKernel(1.0, (1e-3, 1e3)) * lengths + WhiteKernel(0.1, (1e-6, 10.0))
+    return ConstantKernel(1.0, (1e-3, 1e3)) * lengths + WhiteKernel(0.1, (1e-2, 10.0))
 
 
 def analytic_part(kind: str, params: np.ndarray, basis: pd.DataFrame) -> np.ndarray:
@@ -264,7 +266,7 @@ def analytic_part(kind: str, params: np.ndarray, basis: pd.DataFrame) -> np.ndar
 
 def knee(params: np.ndarray, capacity_ms: np.ndarray) -> np.ndarray:
     """log(base + A · max(0, c / capacity − 1)), the parameters as logarithms."""
-    base, height, cost = np.exp(params)
+    base, height, cost = np.exp(np.clip(params, -50, 50))  # the optimizer may try far
     return np.log(base + height * np.maximum(0.0, cost / capacity_ms - 1))
 
 
@@ -349,6 +351,9 @@ class Model:
     fitted: dict[str, Fitted]
     table: pd.DataFrame  # the runs it was fitted to (run_table)
     forms: dict[str, Form]  # per statistic: how it is modelled
+    # per statistic: the interval's half-width in standard deviations (Z, or wider where
+    # held-out runs fell outside: interval_scales)
+    scales: dict[str, float] = field(default_factory=dict)
 
     def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Per statistic: the median prediction and its 90 % interval (<stat>_lo, <stat>_hi),
@@ -358,10 +363,11 @@ class Model:
         out = pd.DataFrame(index=frame.index)
         for name, fitted in self.fitted.items():
             mean, sd = fitted.predict_log(x, basis)
+            half = self.scales.get(name, Z) * sd
             out[name], out[f"{name}_lo"], out[f"{name}_hi"] = (
                 np.exp(mean),
-                np.exp(mean - Z * sd),
-                np.exp(mean + Z * sd),
+                np.exp(mean - half),
+                np.exp(mean + half),
             )
         return out
 
@@ -386,7 +392,8 @@ def fit(
     restarts: int = 2,
 ) -> Model:
     """A model of every statistic from the runs' table; `kernels` (a saved model's) are kept;
-    `forms` says per statistic how it is modelled (default: Form()). Runs
+    `forms` says per statistic how it is modelled (default: Form() for every statistic; given,
+    only its statistics are fitted). Runs
     measured differently (records, warm-up) are refused: a maximum over more records is
     another statistic."""
     measured = table[list(MEASUREMENT)].astype(str).drop_duplicates()
@@ -397,12 +404,12 @@ def fit(
         raise ModelError(f"the runs were measured differently ({kinds}): fit them apart (RUNS=)")
     inputs = Inputs.of(table)
     x, basis = inputs.matrix(table), basis_of(table)
-    forms = dict.fromkeys(STATISTICS, Form()) | (forms or {})
+    forms = forms or dict.fromkeys(STATISTICS, Form())
     fitted = {
         name: fit_statistic(
-            x, basis, table[name].to_numpy(float), (kernels or {}).get(name), forms[name], restarts
+            x, basis, table[name].to_numpy(float), (kernels or {}).get(name), form, restarts
         )
-        for name in STATISTICS
+        for name, form in forms.items()
     }
     return Model(inputs, fitted, table, forms)
 
@@ -420,6 +427,7 @@ VALIDATION_COLUMNS = [
     "hi",
     "error_pct",
     "runs_within",
+    "z",
 ]
 
 
@@ -440,9 +448,10 @@ def validate(table: pd.DataFrame, forms: dict[str, Form] | None = None) -> pd.Da
         if model.inputs.outside(held):
             continue
         predicted = model.predict(held.iloc[[0]]).iloc[0]
-        for name in STATISTICS:
+        for name in model.fitted:
             measured = held[name].to_numpy(float)
             lo, hi = predicted[f"{name}_lo"], predicted[f"{name}_hi"]
+            sd = max(np.log(hi / predicted[name]) / Z, 1e-9)
             rows.append(
                 {
                     "config": config,
@@ -454,26 +463,57 @@ def validate(table: pd.DataFrame, forms: dict[str, Form] | None = None) -> pd.Da
                     "hi": hi,
                     "error_pct": 100 * abs(predicted[name] - measured.mean()) / measured.mean(),
                     "runs_within": int(((measured >= lo) & (measured <= hi)).sum()),
+                    # how many of its SDs the farthest of its runs lay from the prediction
+                    "z": float(np.abs(np.log(measured / predicted[name])).max() / sd),
                 }
             )
     return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
 
 
-def choose_forms(table: pd.DataFrame) -> tuple[dict[str, Form], pd.DataFrame]:
+def choose_forms(
+    table: pd.DataFrame, statistics: tuple[str, ...] = STATISTICS
+) -> tuple[dict[str, Form], pd.DataFrame]:
     """Per statistic, the form (FORMS) that predicted the held-out configurations best (the
     lowest median error; the first of FORMS where equal), and the validation of that choice.
     The bound explains a tail where the budget runs out; where it does not (a queue that grows
     once the CPU reserved per record is below what a record needs), a line through it
     misleads, and a knee is followed better by the rougher kernel."""
-    tried = [validate(table, dict.fromkeys(STATISTICS, form)) for form in FORMS]
+    tried = [validate(table, dict.fromkeys(statistics, form)) for form in FORMS]
     forms, chosen = {}, []
-    for name in STATISTICS:
+    for name in statistics:
         parts = [v[v["statistic"] == name] for v in tried]
         errors = [p["error_pct"].median() if not p.empty else np.inf for p in parts]
         best = int(np.argmin(errors))
         forms[name] = FORMS[best]
         chosen.append(parts[best])
     return forms, pd.concat(chosen, ignore_index=True)
+
+
+def interval_scales(validation: pd.DataFrame) -> dict[str, float]:
+    """Per statistic, the half-width of the interval in SDs that held 90 % of the held-out
+    configurations' runs (every run of the configuration), never below Z: the process's noise
+    is the same everywhere, and runs near a knee spread more than that. Fewer than
+    MIN_HELD_OUT held-out configurations say too little: Z then."""
+    scales = {}
+    for name in validation["statistic"].unique():
+        z = validation.loc[validation["statistic"] == name, "z"].dropna().to_numpy()
+        enough = len(z) >= MIN_HELD_OUT
+        scales[name] = max(Z, float(np.quantile(z, 0.9, method="higher"))) if enough else Z
+    return scales
+
+
+MIN_HELD_OUT = 5
+
+
+def fit_chosen(
+    table: pd.DataFrame, statistics: tuple[str, ...] = STATISTICS
+) -> tuple[Model, pd.DataFrame]:
+    """The model as make model fits it: each statistic's form chosen on held-out
+    configurations, its interval widened as they require; and that validation."""
+    forms, validation = choose_forms(table, statistics)
+    fitted = fit(table, forms=forms)
+    fitted.scales = interval_scales(validation)
+    return fitted, validation
 
 
 def validation_summary(validation: pd.DataFrame) -> pd.DataFrame:
@@ -494,6 +534,7 @@ def validation_summary(validation: pd.DataFrame) -> pd.DataFrame:
                 "Runs inside the 90 % interval (%)": 100
                 * part["runs_within"].sum()
                 / part["runs"].sum(),
+                "Interval used (SDs)": interval_scales(part)[name],
             }
         )
     return pd.DataFrame(rows)
@@ -529,6 +570,7 @@ def save(model: Model, validation: pd.DataFrame, directory: Path, source: dict) 
                 "analytic": f.form.analytic,
                 "analytic_params": [float(v) for v in f.params],
                 "matern_nu": f.form.nu,
+                "interval_sd": model.scales.get(name, Z),
                 "kernel": str(f.process.kernel_),
                 "theta": [float(v) for v in f.process.kernel_.theta],
             }
@@ -593,7 +635,9 @@ def load(directory: Path) -> tuple[Model, dict]:
         for name, f in doc["fitted"].items()
     }
     forms = {name: Form(f["analytic"], f["matern_nu"]) for name, f in doc["fitted"].items()}
-    return fit(table, kernels, forms), doc
+    rebuilt = fit(table, kernels, forms)
+    rebuilt.scales = {name: f.get("interval_sd", Z) for name, f in doc["fitted"].items()}
+    return rebuilt, doc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -608,8 +652,7 @@ def fit_folder(results: Path, names: list[str], out: Path) -> tuple[Model, pd.Da
     for run in runs.left_out:
         print(f"model: left out {run.run_id} ({run.state}): {run.reason}", file=sys.stderr)
     table = run_table(runs)
-    forms, validation = choose_forms(table)
-    fitted = fit(table, forms=forms)
+    fitted, validation = fit_chosen(table)
     save(fitted, validation, out, {"results": str(results), "runs": names or "all"})
     return fitted, validation
 

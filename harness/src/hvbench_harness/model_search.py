@@ -83,12 +83,15 @@ class Search:
         """The model of every run done; None where it cannot be fitted yet."""
         try:
             runs = load_runs(run_dirs(self.runner.folder, self.done))
-            return model.fit(model.run_table(runs))
+            # as make model would, for the SLO's statistic alone
+            return model.fit_chosen(model.run_table(runs), (self.slo.statistic,))[0]
         except model.ModelError:
             return None
 
     def advice(self, fitted: model.Model | None) -> dict[str, float | str | None]:
-        """Each point's advice (None: no value meets the SLO; "unknown": no model yet)."""
+        """Each point's advice: the value; None where even the median misses the SLO
+        everywhere; "uncertain" where the median meets it but no interval is within it yet;
+        "unknown" without a model."""
         found: dict[str, float | str | None] = {}
         for point in self.campaign.points:
             found[point.id] = "unknown"
@@ -96,9 +99,11 @@ class Search:
                 continue
             asked = asked_of(point, self.campaign.target, self.search.knob)
             try:
-                found[point.id] = advisor.advise(fitted, asked, self.slo, self.search.values).value
+                found_here = advisor.advise(fitted, asked, self.slo, self.search.values)
             except model.ModelError:
                 continue
+            uncertain = found_here.value is None and found_here.crossing["median"] is not None
+            found[point.id] = "uncertain" if uncertain else found_here.value
         return found
 
     def settled(self) -> bool:
@@ -107,7 +112,8 @@ class Search:
         if len(steps) <= self.search.stable:
             return False
         advice = [s["advice"] for s in steps]
-        return all(a == advice[0] for a in advice) and "unknown" not in advice[0].values()
+        known = not {"unknown", "uncertain"} & set(map(str, advice[0].values()))
+        return known and all(a == advice[0] for a in advice)
 
     def next_setting(self, fitted: model.Model | None):
         """The (point, value) least certain near the SLO; without a model, the value farthest

@@ -4,6 +4,7 @@ predicted configurations it had not seen, and the advice `make advise` gave (doc
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from hvbench_analysis import figures, model
@@ -27,9 +28,9 @@ def model_section(page: Page, results: Path, dirs: OutDirs) -> None:
         f"Fitted to {doc['runs']} runs in {doc['configurations']} configurations; it varies "
         f"{', '.join(doc['inputs']['dimensions'])} and holds "
         f"{', '.join(f'{k} {v}' for k, v in doc['inputs']['fixed'].items())}. Each statistic "
-        "is a line in log(1 + the reservation's bound) plus a Gaussian process over the "
-        "settings, on the logarithm of the statistic. The model, its inputs (runs.csv) and the "
-        f"held-out predictions (validation.csv) are in {folder}."
+        "(its logarithm) is an analytical part plus a Gaussian process over the settings: "
+        f"{forms_text(doc)}. The model, its inputs (runs.csv) and the held-out predictions "
+        f"(validation.csv) are in {folder} (docs/model.md)."
     )
     summary = model.validation_summary(validation)
     if summary.empty:
@@ -52,6 +53,27 @@ def model_section(page: Page, results: Path, dirs: OutDirs) -> None:
         page.figure(png, "Predicted vs measured, held-out configurations", "model_predicted")
     for path in sorted(folder.glob("advice-*.json")):
         advice_paragraph(page, path)
+
+
+ANALYTIC_TEXT = {
+    "bound": "a line in the reservation's bound",
+    "knee": "a queue's knee at {cost:.2f} ms of CPU per record",
+    "none": "no analytical part",
+}
+
+
+def forms_text(doc: dict) -> str:
+    """Per statistic, its analytical part and the kernel's smoothness."""
+    parts = []
+    for name, fitted in doc["fitted"].items():
+        kind, params = fitted.get("analytic"), fitted.get("analytic_params") or []
+        if kind == "knee" and len(params) != 3:
+            kind = "none"  # nothing varied that the knee could be fitted to
+        text = ANALYTIC_TEXT.get(kind, str(kind))
+        if kind == "knee":
+            text = text.format(cost=math.exp(params[2]))
+        parts.append(f"{name}: {text}, Matérn ν {fitted.get('matern_nu')}")
+    return "; ".join(parts)
 
 
 def advice_paragraph(page: Page, path: Path) -> None:
