@@ -81,7 +81,8 @@ def test_the_model_is_fitted_validated_and_saved_with_its_inputs(advised):
     assert doc["source"]["results"] == str(folder)
     validation = {row["Statistic"]: row for row in doc["validation"]}
     assert list(validation) == list(model.STATISTICS)
-    assert all(row["Configurations held out"] == 6 for row in validation.values())
+    # all but the two at the ends of the CPU reserved per record, which the others do not reach
+    assert all(row["Configurations held out"] == 4 for row in validation.values())
     # the saved inputs rebuild the same model
     rebuilt, _ = model.load(folder / "model")
     table = model.read_table(folder / "model" / model.RUNS_FILE)
