@@ -299,8 +299,9 @@ test: lint kafka flink-connector browser rt-tools ## lint, unit tests and the re
 # The KVM and the Xen module run side by side (one pytest worker each): a Xen host under TCG
 # keeps about one core busy (dom0 has one vCPU), and much of either module waits on a boot or a
 # copy, so the two overlap well on two cores (docs/testing.md has the figures).
-test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM and Xen, side by side; real campaigns here
-	$(PY) -m pytest -q -m "testbed or slow" -n 2 --dist loadfile --durations=15 tests/testbed tests/integration
+test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM and Xen, side by side; then real campaigns here, alone
+	$(PY) -m pytest -q -m testbed -n 2 --dist loadfile --durations=15 tests/testbed
+	$(PY) -m pytest -q -m slow --durations=5 tests/integration
 
 bench: $(STAMP) kafka flink-connector ## speed and memory figures (not tests)
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train

@@ -2,7 +2,8 @@
 target under SCHED_DEADLINE (the job's threads as a constant-bandwidth server, the mechanism
 of the reference study's CBS reservations) over three budgets and two rates, the model fitted
 to it through `make model`, an advice asked through `make advise VERIFY=1` and the confirming
-run made and checked. In the slow tier (make test-testbed): seven real runs take minutes."""
+run made and checked. Marker slow: make test-testbed runs it after the testbed modules, alone
+(seven real runs take two minutes, and their CPU load starves the TCG guests' boot)."""
 
 import json
 import shutil
