@@ -160,6 +160,53 @@ def test_a_saved_model_is_rebuilt_to_the_same_predictions(fitted, table, tmp_pat
     assert json.loads((tmp_path / model.MODEL_FILE).read_text())["fitted"]["p99"]["theta"]
 
 
+def test_a_saved_knee_is_rebuilt_with_the_same_bootstrap(table, tmp_path):
+    knee = model.fit(table, forms={"p99": model.Form("knee", 0.5)})
+    assert len(knee.fitted["p99"].draws) > 0
+    model.save(knee, model.validate(table, knee.forms), tmp_path, {"results": "somewhere"})
+    rows = pd.DataFrame([{"sched": "deadline", "target": "bare", "rate": 90, "budget": 40_000}])
+    rows["period"] = PERIOD_US
+    pd.testing.assert_frame_equal(knee.predict(rows), model.load(tmp_path)[0].predict(rows))
+
+
+def one_input(x: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
+    """The inputs and the analytical basis of a statistic over one input, the capacity."""
+    return np.log(x)[:, None], pd.DataFrame({"capacity_ms": x, "bound_ms": 0.0})
+
+
+def test_runs_that_spread_more_at_some_settings_get_a_wider_interval_there():
+    """Two runs per setting: above 1 ms of capacity they agree within 2 %, below it they
+    differ by a factor of 3 (as near a knee). The interval follows the spread."""
+    capacity = np.repeat([0.3, 0.4, 0.5, 0.6, 0.8, 1.2, 1.6, 2.4, 3.2, 4.8], 2)
+    rng = np.random.default_rng(3)
+    spread = np.where(capacity < 1, 0.6, 0.02)
+    statistic = 4.0 * np.exp(rng.normal(0, spread))
+    fitted = model.fit_statistic(*one_input(capacity), statistic, form=model.Form("none", 1.5))
+    _, sd = fitted.predict_log(*one_input(np.array([0.45, 2.0])))
+    assert sd[0] > 4 * sd[1], sd
+    assert 0.3 < sd[0] < 1.5 and sd[1] < 0.15, sd
+
+
+def test_the_knees_place_widens_the_interval_just_above_it():
+    """Records queue below 1 ms of CPU per record, and runs spread by 30 %. Between the last
+    capacity that queued (0.8) and the first that did not (1.2) the runs do not pin the knee:
+    just above the fitted knee, the interval is wider than far above it, by the knee's
+    bootstrap."""
+    capacity = np.repeat([0.4, 0.6, 0.8, 1.2, 1.6, 2.4, 3.2], 2)
+    rng = np.random.default_rng(1)
+    queue = 2000 * np.maximum(0, 1.0 / capacity - 1)
+    statistic = (3 + queue) * rng.lognormal(0, 0.3, capacity.size)
+    fitted = model.fit_statistic(*one_input(capacity), statistic, form=model.Form("knee", 0.5))
+    assert len(fitted.draws) == model.BOOTSTRAP
+    knee = np.exp(fitted.params[2])
+    assert 0.8 < knee < 1.2
+    x, basis = one_input(np.array([1.02 * knee, 3.0]))
+    _, sd = fitted.predict_log(x, basis)
+    knees = np.std([model.analytic_of(fitted.form, d, basis) for d in fitted.draws], axis=0)
+    assert knees[0] > 0.5 and knees[1] < 0.1, knees
+    assert sd[0] > 3 * sd[1], sd
+
+
 def test_runs_that_do_not_differ_cannot_be_modelled(tmp_path):
     write_grid(tmp_path, budgets=(50_000,), rates=(60,), reps=3)
     with pytest.raises(model.ModelError, match="differ in no setting"):

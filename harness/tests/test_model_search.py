@@ -57,6 +57,7 @@ def definition(max_runs=None) -> dict:
     return {
         "description": "the smallest budget for p99 <= 30 ms",
         "target": "bare",
+        "repetitions": 2,
         "points": [{"sched": "deadline", "period": 100_000, "rate": r} for r in RATES],
         "search": search | ({"max_runs": max_runs} if max_runs else {}),
     }
@@ -81,14 +82,16 @@ def full_grid_advice(tmp_path_factory):
     folder = tmp_path_factory.mktemp("grid")
     for rate in RATES:
         for budget in VALUES:
-            write_run(
-                folder / f"r{rate}-b{budget}",
-                latencies_ns(budget, rate, seed=budget + rate),
-                sched="deadline",
-                budget=budget,
-                period=100_000,
-                producer_period_ms=6000 / rate,
-            )
+            for rep in (1, 2):
+                write_run(
+                    folder / f"r{rate}-b{budget}-{rep}",
+                    latencies_ns(budget, rate, seed=budget + rate + rep),
+                    sched="deadline",
+                    budget=budget,
+                    period=100_000,
+                    rep=rep,
+                    producer_period_ms=6000 / rate,
+                )
     fitted, _ = model.fit_chosen(model.run_table(load_runs(run_dirs(folder))), ("p99",))
     slo = advice.parse_slo(SLO)
     asked = {"sched": "deadline", "period": 100_000, "knob": "budget"}
@@ -99,12 +102,15 @@ def test_the_search_needs_fewer_runs_than_the_grid_for_the_same_advice(searched,
     code, index, _, _ = searched
     assert code == 0
     search = index["search"]
-    assert search["grid_runs"] == len(VALUES) * len(RATES) == 9
+    assert search["grid_runs"] == len(VALUES) * len(RATES) * 2 == 18
     assert search["runs"] < search["grid_runs"]
     found = {p["settings"]["send_ms"]: p["advice"]["value"] for p in search["points"].values()}
-    assert {6000 / ms: v for ms, v in found.items()} == pytest.approx(full_grid_advice, abs=10_000)
+    assert {6000 / ms: v for ms, v in found.items()} == full_grid_advice
     # the relation crosses 30 ms near B = 72.6 ms
     assert all(70_000 <= v <= 90_000 for v in found.values()), found
+    # the advice and the value below it were run
+    budgets = {e["settings"]["budget"] for e in index["runs"]}
+    assert {v for v in found.values()} | {v - 10_000 for v in found.values()} <= budgets
 
 
 def test_the_search_keeps_every_step_and_saves_the_model_beside_the_runs(searched):
@@ -165,17 +171,18 @@ def test_the_plan_says_the_most_it_will_run_against_the_grid(tmp_path):
     path.write_text(yaml.safe_dump(definition(max_runs=12)))
     text = campaign.describe(campaign.load(path))
     assert "model search over 9 budget values for p99 <= 30: at most 12 runs" in text
-    assert "(the full grid: 9)" in text
+    assert "(the full grid: 18)" in text
 
 
 def test_the_report_shows_the_search_its_runs_and_its_advice(searched, tmp_path):
     from hvbench_analysis import report
 
-    _, _, folder, _ = searched
+    _, index, folder, _ = searched
+    advised = int(index["search"]["points"]["p01"]["advice"]["value"])
     out = tmp_path / "report"
     assert report.main(["--results", str(folder), "--out", str(out)]) == 0
     page = (out / "index.html").read_text()
-    assert "<h3>Model search</h3>" in page and "where the full grid takes 9" in page
+    assert "<h3>Model search</h3>" in page and "where the full grid takes 18" in page
     table = (out / "tables" / "campaign_model_search.md").read_text()
-    assert "| p01 |" in table and "| budget 80000 |" in table
+    assert "| p01 |" in table and f"| budget {advised} |" in table
     assert "<h2>Performance model</h2>" in page

@@ -9,9 +9,11 @@ to their size), in two parts:
   knee in the CPU reserved per record; or a constant;
 - a learned part, a Gaussian process (Matérn) over every input that varies (rate, share of a
   CPU, CPU per record, period, extratime, weight, target, scheduler, neighbours), fitted to
-  what the analytical part leaves. Its white-noise term is learned as the run-to-run spread,
-  so its interval is where a new run's statistic is expected: a Gaussian process states this
-  from tens of runs, where quantile boosting would need hundreds.
+  what the analytical part leaves, with the run-to-run spread modelled by setting (a second
+  process: runs near a knee spread far more than runs away from it), so its interval is where
+  a new run's statistic is expected: Gaussian processes state this from tens of runs, where
+  quantile boosting would need hundreds. A knee's own uncertainty (where it lies) comes from
+  refitting it on resampled runs (bootstrap_analytic).
 Each statistic takes the form (FORMS) that predicted held-out configurations best
 (choose_forms). docs/model.md says why.
 
@@ -33,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
+from scipy.special import digamma
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
@@ -248,11 +251,36 @@ class Form:
 FORMS = tuple(Form(a, nu) for a in ANALYTIC for nu in (1.5, 0.5))
 
 
-def default_kernel(dimensions: int, nu: float = 1.5) -> Kernel:
-    """A scale, a Matérn kernel with one length per input, and white noise (the spread from
-    run to run)."""
-    lengths = Matern(np.ones(dimensions), (0.3, 1e3), nu=nu)
-    return ConstantKernel(1.0, (1e-3, 1e3)) * lengths + WhiteKernel(0.1, (1e-2, 10.0))
+def curve_kernel(dimensions: int, nu: float = 1.5) -> Kernel:
+    """A scale times a Matérn kernel with one length per input."""
+    return ConstantKernel(1.0, (1e-3, 1e3)) * Matern(np.ones(dimensions), (0.3, 1e3), nu=nu)
+
+
+def first_kernel(dimensions: int, nu: float = 1.5) -> Kernel:
+    """The curve and white noise: the same spread from run to run everywhere (the first
+    step; the spread is then modelled apart, as it differs by setting)."""
+    return curve_kernel(dimensions, nu) + WhiteKernel(0.1, (1e-2, 10.0))
+
+
+def noise_kernel(dimensions: int) -> Kernel:
+    """The log of the spread from run to run over the inputs: smooth, plus white noise (a
+    spread estimated from two runs is itself rough)."""
+    return curve_kernel(dimensions, 1.5) + WhiteKernel(1.0, (1e-2, 10.0))
+
+
+@dataclass
+class Kernels:
+    """One statistic's three fitted kernels; a saved model keeps their parameters."""
+
+    first: Kernel  # the curve with the same noise everywhere (first_kernel)
+    noise: Kernel  # the log of the run-to-run variance (noise_kernel)
+    curve: Kernel  # the curve, each run's noise taken from the noise process (curve_kernel)
+
+    @classmethod
+    def initial(cls, dimensions: int, nu: float) -> Kernels:
+        return cls(
+            first_kernel(dimensions, nu), noise_kernel(dimensions), curve_kernel(dimensions, nu)
+        )
 
 
 def analytic_part(kind: str, params: np.ndarray, basis: pd.DataFrame) -> np.ndarray:
@@ -270,62 +298,142 @@ def knee(params: np.ndarray, capacity_ms: np.ndarray) -> np.ndarray:
     return np.log(base + height * np.maximum(0.0, cost / capacity_ms - 1))
 
 
-def fit_analytic(kind: str, basis: pd.DataFrame, y: np.ndarray) -> np.ndarray:
+KNEES = (0.2, 0.5, 0.8)  # where the knee's c starts, as quantiles of the capacities seen
+
+
+def fit_analytic(
+    kind: str, basis: pd.DataFrame, y: np.ndarray, start: np.ndarray | None = None
+) -> np.ndarray:
     """The analytical part's parameters (least squares on the log; the knee from several
-    starts of its c across the capacities seen, keeping the best)."""
+    starts of its c across the capacities seen, keeping the best, or from `start`)."""
     if kind == "bound" and np.ptp(basis["bound_ms"]) > 0:
         design = np.column_stack([np.ones(len(y)), np.log1p(basis["bound_ms"].to_numpy(float))])
         return np.linalg.lstsq(design, y, rcond=None)[0]
     capacity = basis["capacity_ms"].to_numpy(float)
     if kind == "knee" and np.ptp(capacity) > 0:
+        starts = [[np.median(y), np.log(1e3), np.log(c)] for c in np.quantile(capacity, KNEES)]
         fits = [
-            least_squares(
-                lambda p: knee(p, capacity) - y,
-                x0=[np.median(y), np.log(1e3), np.log(cost)],
-                loss="soft_l1",
-            )
-            for cost in np.quantile(capacity, [0.2, 0.5, 0.8])
+            least_squares(lambda p: knee(p, capacity) - y, x0=x0, loss="soft_l1")
+            for x0 in (starts if start is None else [start])
         ]
         return min(fits, key=lambda f: f.cost).x
     return np.array([y.mean(), 0.0])  # a constant ("none", or nothing varies)
 
 
+BOOTSTRAP = 16  # resamples of the runs that say how far the analytical part could lie
+
+
+def bootstrap_analytic(
+    form: Form, params: np.ndarray, basis: pd.DataFrame, y: np.ndarray
+) -> np.ndarray:
+    """The knee refitted on the runs resampled with replacement, BOOTSTRAP times (seeded: a
+    saved model rebuilds the same). Their spread is an uncertainty the process cannot see: a
+    knee fitted between two capacities could lie anywhere between them, and just above it the
+    statistic could be the base or far above. (A line's error is smooth, and the process
+    follows it and says how sure it is; a constant is the process's own.)"""
+    if form.analytic != "knee" or len(params) < 3:
+        return np.empty((0, 0))
+    rng = np.random.default_rng(0)
+    draws = []
+    for _ in range(BOOTSTRAP):
+        rows = rng.integers(0, len(y), len(y))
+        draws.append(fit_analytic(form.analytic, basis.iloc[rows], y[rows], start=params))
+    # a resample with nothing varying gives a constant instead: left out
+    return np.array([d for d in draws if len(d) == len(params)])
+
+
 @dataclass
 class Fitted:
-    """One statistic's model: the analytical part and the process on what it leaves."""
+    """One statistic's model: the analytical part and its bootstrap draws, the process of the
+    curve on what the analytical part leaves, and the process of the run-to-run spread."""
 
     form: Form
     params: np.ndarray  # the analytical part's
-    process: GaussianProcessRegressor
+    curve: GaussianProcessRegressor
+    noise: GaussianProcessRegressor  # the log of a run's variance around the curve
+    draws: np.ndarray  # the analytical part's parameters on resampled runs (bootstrap_analytic)
+    kernels: Kernels  # as fitted
 
     def predict_log(self, x: np.ndarray, basis: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        mean, sd = self.process.predict(x, return_std=True)
-        return analytic_of(self.form, self.params, basis) + mean, sd
+        """The log prediction and where a new run's statistic falls (its SD): the curve's
+        uncertainty, the spread from run to run at that setting, and the analytical part's
+        (its bootstrap), added as variances."""
+        mean, sd = self.curve.predict(x, return_std=True)
+        variance = sd**2 + np.exp(self.noise.predict(x))
+        if len(self.draws):
+            variance += np.var([analytic_of(self.form, d, basis) for d in self.draws], axis=0)
+        return analytic_of(self.form, self.params, basis) + mean, np.sqrt(variance)
+
+
+NOISE_FLOOR = 1e-4  # a log variance's floor: runs are never taken to agree closer than 1 %
+
+
+def process(kernel: Kernel, fixed: bool, restarts: int, alpha=1e-10) -> GaussianProcessRegressor:
+    """A process on normalised targets; `fixed` keeps the kernel's parameters (a saved model's)."""
+    return GaussianProcessRegressor(
+        kernel,
+        alpha=alpha,
+        normalize_y=True,
+        n_restarts_optimizer=restarts,
+        optimizer=None if fixed else "fmin_l_bfgs_b",
+        random_state=0,
+    )
+
+
+def fit_process(gp: GaussianProcessRegressor, x: np.ndarray, y: np.ndarray):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a length at its bound: flat there
+        return gp.fit(x, y)
+
+
+def spread_by_setting(x: np.ndarray, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per setting (runs with the same inputs): the log of its runs' variance around the first
+    curve (the mean square × n/(n − 1), the curve passing near their mean), less the log's
+    bias: with k = n − 1 degrees of freedom, a variance's log falls short by
+    ψ(k/2) − log(k/2) on average (1.27 for two runs, a factor of 3.6 in the variance)."""
+    settings, index = np.unique(x, axis=0, return_inverse=True)
+    index = index.ravel()
+    runs = np.bincount(index).astype(float)
+    freedom = np.maximum(runs - 1, 1)
+    variance = np.bincount(index, residual**2) / runs * np.where(runs > 1, runs / freedom, 1.0)
+    bias = digamma(freedom / 2) - np.log(freedom / 2)
+    return settings, np.log(variance + NOISE_FLOOR) - bias
 
 
 def fit_statistic(
     x: np.ndarray,
     basis: pd.DataFrame,
     y: np.ndarray,
-    kernel: Kernel | None = None,
+    kernels: Kernels | None = None,
     form: Form = Form(),
     restarts: int = 2,
 ) -> Fitted:
-    """Fit the analytical part, then the process on the rest; with a kernel given, its
-    parameters are kept as they are (how a saved model is rebuilt)."""
+    """Fit the analytical part, then the rest in three steps (a heteroscedastic process: runs
+    near a knee spread far more than runs away from it):
+    1. a process with the same noise everywhere;
+    2. a process of the log of each setting's spread of runs around that first curve;
+    3. the curve again, each run's noise now the spread the second process gives there.
+    With kernels given, their parameters are kept (how a saved model is rebuilt)."""
     y = np.log(np.maximum(y, 1e-6))
     params = fit_analytic(form.analytic, basis, y)
-    process = GaussianProcessRegressor(
-        kernel if kernel is not None else default_kernel(x.shape[1], form.nu),
-        normalize_y=True,
-        n_restarts_optimizer=restarts,
-        optimizer=None if kernel is not None else "fmin_l_bfgs_b",
-        random_state=0,
+    rest = y - analytic_of(form, params, basis)
+    fixed = kernels is not None
+    kernels = kernels or Kernels.initial(x.shape[1], form.nu)
+    first = fit_process(process(kernels.first, fixed, restarts), x, rest)
+    settings, log_spread = spread_by_setting(x, rest - first.predict(x))
+    noise = fit_process(process(kernels.noise, fixed, restarts), settings, log_spread)
+    # normalize_y divides the targets by their SD: the runs' noise is given in those units
+    scale = float(np.var(rest)) or 1.0
+    alpha = np.exp(noise.predict(x)) / scale
+    curve = fit_process(process(kernels.curve, fixed, restarts, alpha), x, rest)
+    return Fitted(
+        form,
+        params,
+        curve,
+        noise,
+        bootstrap_analytic(form, params, basis, y),
+        Kernels(first.kernel_, noise.kernel_, curve.kernel_),
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # a length at its bound: flat there
-        process.fit(x, y - analytic_of(form, params, basis))
-    return Fitted(form, params, process)
 
 
 def analytic_of(form: Form, params: np.ndarray, basis: pd.DataFrame) -> np.ndarray:
@@ -387,7 +495,7 @@ def with_derived(frame: pd.DataFrame) -> pd.DataFrame:
 
 def fit(
     table: pd.DataFrame,
-    kernels: dict[str, Kernel] | None = None,
+    kernels: dict[str, Kernels] | None = None,
     forms: dict[str, Form] | None = None,
     restarts: int = 2,
 ) -> Model:
@@ -543,7 +651,7 @@ def validation_summary(validation: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 # the model's files: beside the runs, with the inputs it came from
 
-FORMAT = 1
+FORMAT = 2  # 2: a heteroscedastic process (three kernels per statistic)
 MODEL_FILE, RUNS_FILE, VALIDATION_FILE = "model.json", "runs.csv", "validation.csv"
 
 
@@ -571,8 +679,11 @@ def save(model: Model, validation: pd.DataFrame, directory: Path, source: dict) 
                 "analytic_params": [float(v) for v in f.params],
                 "matern_nu": f.form.nu,
                 "interval_sd": model.scales.get(name, Z),
-                "kernel": str(f.process.kernel_),
-                "theta": [float(v) for v in f.process.kernel_.theta],
+                "kernel": str(f.kernels.curve),
+                "noise_kernel": str(f.kernels.noise),
+                "theta": theta_of(f.kernels.curve),
+                "noise_theta": theta_of(f.kernels.noise),
+                "first_theta": theta_of(f.kernels.first),
             }
             for name, f in model.fitted.items()
         },
@@ -581,6 +692,10 @@ def save(model: Model, validation: pd.DataFrame, directory: Path, source: dict) 
     }
     (directory / MODEL_FILE).write_text(json.dumps(doc, indent=2) + "\n")
     return directory / MODEL_FILE
+
+
+def theta_of(kernel: Kernel) -> list[float]:
+    return [float(v) for v in kernel.theta]
 
 
 def sklearn_version() -> str:
@@ -628,16 +743,20 @@ def load(directory: Path) -> tuple[Model, dict]:
     if doc.get("format") != FORMAT:
         raise ModelError(f"{directory / MODEL_FILE} is format {doc.get('format')}, not {FORMAT}")
     inputs = Inputs.of(table)
-    kernels = {
-        name: default_kernel(len(inputs.names), f["matern_nu"]).clone_with_theta(
-            np.array(f["theta"])
-        )
-        for name, f in doc["fitted"].items()
-    }
+    kernels = {name: saved_kernels(len(inputs.names), f) for name, f in doc["fitted"].items()}
     forms = {name: Form(f["analytic"], f["matern_nu"]) for name, f in doc["fitted"].items()}
     rebuilt = fit(table, kernels, forms)
     rebuilt.scales = {name: f.get("interval_sd", Z) for name, f in doc["fitted"].items()}
     return rebuilt, doc
+
+
+def saved_kernels(dimensions: int, fitted: dict) -> Kernels:
+    initial = Kernels.initial(dimensions, fitted["matern_nu"])
+    return Kernels(
+        initial.first.clone_with_theta(np.array(fitted["first_theta"])),
+        initial.noise.clone_with_theta(np.array(fitted["noise_theta"])),
+        initial.curve.clone_with_theta(np.array(fitted["theta"])),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

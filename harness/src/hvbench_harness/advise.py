@@ -50,10 +50,12 @@ def asked_of(args: argparse.Namespace) -> dict:
 
 
 def nearest_run(fitted: perf_model.Model, found: advisor.Advice) -> str:
-    """The model's run of the advised scheduler whose knob is nearest the advice."""
+    """The model's run of the advised scheduler whose knob is nearest the advice, at the
+    asked rate where one ran at it."""
     runs = fitted.table[fitted.table["sched"] == found.setting["sched"]]
+    other_rate = (runs["rate"].astype(float) - float(found.setting["rate"])).abs() > 1e-6
     distance = (runs[found.knob].astype(float) - (found.value or 0)).abs()
-    return str(runs.loc[distance.idxmin(), "run_id"])
+    return str(runs.loc[(distance + other_rate * 1e12).idxmin(), "run_id"])
 
 
 def confirming_values(meta: dict, found: advisor.Advice) -> dict:

@@ -7,9 +7,11 @@ answer.
    and asked, for each point, for the advice (the smallest value whose 90 % interval stays
    within the SLO, hvbench_analysis.advice). The next run goes to the (point, value) whose
    interval's upper end lies the fewest of its standard deviations from the SLO: where the
-   advice is decided. A value runs at most `repetitions` times.
-3. The search stops when the advice of every point stayed the same over `stable` more runs, or
-   after `max_runs` (default: the full grid's number), and saves the model beside the runs.
+   advice is decided; but first what an advice lacks in runs: a run at it, and below it a run
+   that missed the SLO or else every repetition. A value runs at most `repetitions` times.
+3. The search stops when the advice of every point stayed the same over `stable` more runs
+   and runs bracket it, or after `max_runs` (default: the full grid's number), and saves the
+   model beside the runs.
 
 Every step (runs so far, the advice, the next setting) is kept in campaign.json; a resumed
 search replays the runs done before (the same fits choose the same settings) and goes on.
@@ -47,6 +49,8 @@ class Search:
         self.record = runner.index.doc["search"]
         self.tried: dict[tuple[str, float], int] = {}
         self.done: list[str] = []  # the runs done, in the search's order (a resume replays it)
+        self.setting_of: dict[str, tuple[str, float]] = {}  # run id → (point id, value)
+        self.measured: dict[tuple[str, float], list[float]] = {}  # the SLO's statistic per run
 
     def run(self) -> None:
         self.record["steps"] = []  # replayed from the runs done before
@@ -78,13 +82,17 @@ class Search:
         self.record["points"][point.id]["runs"].append(entry["run_id"])
         if entry["status"] == "done":
             self.done.append(entry["run_id"])
+            self.setting_of[entry["run_id"]] = (point.id, value)
 
     def fit(self) -> model.Model | None:
         """The model of every run done; None where it cannot be fitted yet."""
         try:
-            runs = load_runs(run_dirs(self.runner.folder, self.done))
+            table = model.run_table(load_runs(run_dirs(self.runner.folder, self.done)))
+            self.measured = {}
+            for run_id, statistic in zip(table["run_id"], table[self.slo.statistic], strict=True):
+                self.measured.setdefault(self.setting_of[run_id], []).append(statistic)
             # as make model would, for the SLO's statistic alone
-            return model.fit_chosen(model.run_table(runs), (self.slo.statistic,))[0]
+            return model.fit_chosen(table, (self.slo.statistic,))[0]
         except model.ModelError:
             return None
 
@@ -107,17 +115,51 @@ class Search:
         return found
 
     def settled(self) -> bool:
-        """The advice stayed the same over the last `stable` runs (and is known)."""
+        """The advice stayed the same over the last `stable` runs, is known, and every point's
+        advice was run, and so was the value below it (the advice rests on runs at both
+        sides, not on the model alone)."""
         steps = self.record["steps"][-(self.search.stable + 1) :]
         if len(steps) <= self.search.stable:
             return False
         advice = [s["advice"] for s in steps]
         known = not {"unknown", "uncertain"} & set(map(str, advice[0].values()))
-        return known and all(a == advice[0] for a in advice)
+        bracketed = all(self.bracketed(p, advice[0][p.id]) for p in self.campaign.points)
+        return known and bracketed and all(a == advice[0] for a in advice)
+
+    def below(self, advised: float) -> float | None:
+        """The search's value just below the advice; None at the smallest."""
+        return next((v for v in reversed(self.search.values) if v < advised), None)
+
+    def bracketed(self, point, advised: float | str | None) -> bool:
+        """The runs at that point say what they can of the advice: one ran at it, and below it
+        one missed the SLO or every repetition ran (or it is the smallest value). True where
+        there is no advice value."""
+        if not isinstance(advised, int | float):
+            return True
+        below = self.below(advised)
+        missed = any(r > self.slo.limit_ms for r in self.measured.get((point.id, below), []))
+        ran = (point.id, advised) in self.tried
+        return ran and (below is None or missed or not self.open(point, below))
+
+    def to_measure(self, point, advised: float | str | None) -> float | None:
+        """The run an advice lacks to be bracketed: at the advice if none ran there; else
+        below it, while that value can run again. None otherwise (the model then chooses)."""
+        if self.bracketed(point, advised):
+            return None
+        if (point.id, advised) not in self.tried:
+            return advised
+        below = self.below(advised)
+        return below if self.open(point, below) else None
 
     def next_setting(self, fitted: model.Model | None):
-        """The (point, value) least certain near the SLO; without a model, the value farthest
-        from those run. None when every value ran its repetitions."""
+        """What an advice still lacks in runs (to_measure); else the (point, value) least
+        certain near the SLO; without a model, the value farthest from those run. None when
+        every value ran its repetitions."""
+        advice = self.record["steps"][-1]["advice"]
+        for point in self.campaign.points:
+            value = self.to_measure(point, advice[point.id])
+            if value is not None:
+                return point, value
         best, best_score = None, float("inf")
         for point in self.campaign.points:
             open_values = [v for v in self.search.values if self.open(point, v)]
