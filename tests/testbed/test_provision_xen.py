@@ -261,8 +261,16 @@ def on_guest(host, name: str, command: str, patience: float) -> None:
         )
         if probe.returncode == 0:
             return
-        assert time.monotonic() < deadline, f"{name}: {probe.stderr}"
+        assert time.monotonic() < deadline, f"{name}: {probe.stderr}\n{guest_state(host, name)}"
         time.sleep(10)
+
+
+def guest_state(host, name: str) -> str:
+    """What the host says of a guest that never answered: xl's list, and the end of its
+    console log where xenconsoled keeps one (a guest that crashed is destroyed and gone)."""
+    log = f"/var/log/xen/console/guest-{name}.log"
+    shown = on_host(host, f"xl list; tail -n 40 {log} 2>/dev/null", check=False)
+    return shown.stdout + shown.stderr
 
 
 def test_the_guests_boot_and_take_their_key(host):
