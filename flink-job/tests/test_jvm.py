@@ -21,8 +21,10 @@ def sleeping_jvm(tmp_path):
     try:
         deadline = time.monotonic() + 60
         # G1's threads start before the compiler's, and each thread takes its name once it
-        # runs: on a busy machine the C1 thread was still unnamed when G1 Service was up
-        while not {"G1 Service", "C1 CompilerThre"} <= set(jvm.threads(proc.pid).values()):
+        # runs: on a busy machine the C1 thread was still unnamed when G1 Service was up, and
+        # the periodic task thread, among the last the JVM starts, came after the C1 thread
+        started = {"G1 Service", "C1 CompilerThre", "VM Periodic Tas"}
+        while not started <= set(jvm.threads(proc.pid).values()):
             assert proc.poll() is None and time.monotonic() < deadline, "the JVM did not start"
             time.sleep(0.1)
         yield proc.pid
