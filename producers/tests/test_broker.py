@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from hvbench_load.broker import BrokerError, KafkaBroker, new_cluster_id
+from hvbench_load.broker import BrokerError, KafkaBroker, KafkaCluster, new_cluster_id
 
 pytestmark = pytest.mark.integration
 
@@ -106,3 +106,40 @@ def test_a_killed_broker_is_restarted_on_its_data_and_the_fault_recorded(tmp_pat
         os.kill(broker.pid(), signal.SIGKILL)
         assert wait_for(lambda: broker.failure, 30)
         assert "no restart left" in broker.failure and broker.faults[-1]["event"] == "exited"
+
+
+def test_a_cluster_node_names_every_voter_and_replicates_every_topic(tmp_path):
+    cluster = KafkaCluster(LIBS, tmp_path / "kafka", nodes=3, replication=3, min_insync=2)
+    ids = [b.quorum.node_id for b in cluster.brokers]
+    assert ids == [1, 2, 3]
+    voters = {b.properties["controller.quorum.voters"] for b in cluster.brokers}
+    assert len(voters) == 1  # every node names the same three controllers
+    (voters,) = voters
+    assert [v.split("@")[0] for v in voters.split(",")] == ["1", "2", "3"]
+    assert len({b.quorum.cluster_id for b in cluster.brokers}) == 1
+    for broker in cluster.brokers:
+        props = broker.properties
+        assert props["node.id"] == str(broker.quorum.node_id)
+        assert props["default.replication.factor"] == "3" and props["min.insync.replicas"] == "2"
+        assert props["offsets.topic.replication.factor"] == "3"
+        assert broker.quorum.format_options() == []  # a static quorum: no --standalone
+        assert broker.log_file.name == f"broker-{broker.quorum.node_id}.log"
+    assert len(cluster.bootstrap.split(",")) == 3
+
+
+def test_a_single_broker_keeps_its_dynamic_quorum_of_one(tmp_path):
+    broker = KafkaBroker(LIBS, tmp_path / "kafka")
+    assert broker.properties["controller.quorum.bootstrap.servers"].endswith(
+        str(broker.controller_port)
+    )
+    assert broker.quorum.format_options() == ["--standalone"]
+    assert broker.properties["min.insync.replicas"] == "1"
+    assert broker.log_file.name == "broker.log"
+
+
+@pytest.mark.parametrize(("nodes", "replication", "min_insync"), [(3, 4, 2), (3, 3, 4), (3, 2, 0)])
+def test_a_cluster_that_cannot_hold_its_replicas_is_refused(
+    tmp_path, nodes, replication, min_insync
+):
+    with pytest.raises(BrokerError, match="min in-sync"):
+        KafkaCluster(LIBS, tmp_path, nodes, replication, min_insync)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # several real runs: the slow tier
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "itest-small"

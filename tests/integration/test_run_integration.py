@@ -164,6 +164,8 @@ def test_nothing_is_left_running(plain_run):
         (["--target", "lxc", "--sched", "rtds"], "unknown TARGET 'lxc'"),
         (["--sched", "none", "--cap", "153"], "SCHED=none has no CAP=153"),
         (["--cpu-latency", "low"], "CPU_LATENCY must be auto, off or microseconds"),
+        (["--scale", "clusters"], "unknown SCALE 'clusters' (did you mean cluster?)"),
+        (["--target", "kvm", "--scale", "cluster"], "SCALE=cluster runs on the bare target"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_starts(

@@ -12,6 +12,7 @@ latency-relevant settings are chosen in `job_settings()` and written, as applied
 from __future__ import annotations
 
 import argparse
+import fcntl
 import gc
 import json
 import os
@@ -54,7 +55,9 @@ SINK_PROPERTIES = {
 }
 
 
-def job_settings(checkpoint_interval_ms: int = 10_000) -> dict[str, str]:
+def job_settings(
+    checkpoint_interval_ms: int = 10_000, parallelism: int = 1, jobmanager: str | None = None
+) -> dict[str, str]:
     """Flink configuration of the job; each entry is chosen for latency, and recorded.
 
     - thread mode runs the Python operator inside the JVM (no gRPC hop, no bundles): measured
@@ -62,7 +65,8 @@ def job_settings(checkpoint_interval_ms: int = 10_000) -> dict[str, str]:
     - buffer timeout 0 flushes the network buffer after every record (the default waits
       up to 100 ms to fill it);
     - parallelism 1: one record every ~17 ms is far below one slot's capacity, and one task
-      keeps the routing state in one place;
+      keeps the routing state in one place; on a cluster, one task per TaskManager, each
+      reading the input partitions of its own detectors (the producers key by detector);
     - checkpoints are AT_LEAST_ONCE and sparse: an exactly-once sink would hold output back
       until the checkpoint completes.
     """
@@ -73,14 +77,21 @@ def job_settings(checkpoint_interval_ms: int = 10_000) -> dict[str, str]:
         "python.pythonpath": ":".join(import_roots()),
         "execution.buffer-timeout.enabled": "true",
         "execution.buffer-timeout.interval": "0 ms",
-        "parallelism.default": "1",
+        "parallelism.default": str(parallelism),
         "pipeline.operator-chaining.enabled": "true",
         "execution.checkpointing.interval": f"{checkpoint_interval_ms} ms",
         "execution.checkpointing.mode": "AT_LEAST_ONCE",
         "pipeline.name": "hvbench",
         # a failing job ends the run loudly instead of restarting in the middle of a measurement
         "restart-strategy.type": "none",
+        # a session cluster's JobManager (host:port of its REST endpoint), else a local one
+        **(remote_target(jobmanager) if jobmanager else {}),
     }
+
+
+def remote_target(jobmanager: str) -> dict[str, str]:
+    host, _, port = jobmanager.rpartition(":")
+    return {"execution.target": "remote", "rest.address": host, "rest.port": port}
 
 
 def import_roots() -> list[str]:
@@ -177,12 +188,19 @@ class ForecastAndRoute(ProcessFunction):
 
 def record_background_threads(settings_path: str | None) -> None:
     """The operator runs inside the job's JVM (thread mode): its background threads yield to
-    the record-handling ones (hvbench_job.jvm), as read back into the job's settings."""
+    the record-handling ones (hvbench_job.jvm), as read back into the job's settings, by
+    process (on a cluster each TaskManager writes its own, under a lock)."""
     applied = jvm.idle_background_threads(os.getpid())
-    if settings_path and Path(settings_path).exists():
-        settings = json.loads(Path(settings_path).read_text())
+    if not settings_path or not Path(settings_path).exists():
+        return
+    with open(settings_path, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        settings = json.load(f)
         settings["jvm"]["background_threads"] = applied
-        Path(settings_path).write_text(json.dumps(settings, indent=2) + "\n")
+        settings["jvm"].setdefault("background_threads_by_process", {})[os.getpid()] = applied
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps(settings, indent=2) + "\n")
 
 
 def build(
@@ -276,6 +294,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--destination", default=detectors.DEFAULT_DESTINATION)
     p.add_argument("--heuristic", default="distance", choices=("distance", "paper", "none"))
     p.add_argument("--checkpoint-interval-ms", type=int, default=10_000)
+    p.add_argument("--parallelism", type=int, default=1, help="one task per TaskManager slot")
+    p.add_argument(
+        "--jobmanager", help="a session cluster's REST endpoint, host:port; unset: a local one"
+    )
     p.add_argument("--connector-dir", default="build/flink/lib", help="holds the Kafka connector")
     p.add_argument("--settings-out", help="write the applied settings here as JSON")
     p.add_argument(
@@ -294,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     calibration = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     # the JVM PyFlink starts for the job takes these (read when the gateway starts, below)
     os.environ["JVM_ARGS"] = " ".join([os.environ.get("JVM_ARGS", ""), *jvm.JOB_OPTIONS]).strip()
-    settings = job_settings(args.checkpoint_interval_ms)
+    settings = job_settings(args.checkpoint_interval_ms, args.parallelism, args.jobmanager)
     jar = connector_jar(Path(args.connector_dir))
     env = environment(settings, [jar])
     source = env.from_source(

@@ -55,6 +55,8 @@ from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, s
 from hvbench_harness.target import TOPICS, Target
 from hvbench_harness.testbed import TARGETS, Machine, TestbedError, inventory_target
 
+SCALES = ("one", "cluster")
+
 # The parts' own logs, kept in results/<run-id>/logs/ (with Flink's).
 RUN_LOGS = ("job.out", "producers.out", "consumer.err", "broker.err", "kafka/broker.log")
 # Errors that end a run (after its checks): the run's results are written if it was sending.
@@ -98,6 +100,7 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
     if args.rep is not None and args.rep < 1:
         raise RunError("REP (the repetition number) must be ≥ 1")
     neighbours.check_request(args)
+    check_scale(args)
     setting = validate(
         BACKEND_OF_TARGET[args.target],
         args.sched,
@@ -118,6 +121,20 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
             "make provision (host_tuning)"
         )
     return setting
+
+
+def check_scale(args: argparse.Namespace) -> None:
+    """SCALE: one or cluster (hvbench_harness.cluster), the cluster on the bare target only."""
+    if args.scale not in SCALES:
+        raise RunError(
+            f"unknown SCALE {args.scale!r}{spec.suggest(args.scale, SCALES)}; "
+            f"valid: {', '.join(SCALES)}"
+        )
+    if args.scale == "cluster" and args.target != "bare":
+        raise RunError(
+            "SCALE=cluster runs on the bare target; on a testbed the inventory's layout gives "
+            "the cluster"
+        )
 
 
 def check_settings(args: argparse.Namespace) -> tuple[Setting, tuning.CpuLatency | None]:
@@ -266,40 +283,29 @@ def on_signal(signum, _frame):
 
 
 def start_job(target: Target, parts: Parts, bootstrap: str) -> subprocess.Popen:
-    paths, machine = target.paths, target.realtime
-    cmd = [
-        *target.job_prefix(),
-        "env",
-        "OPENBLAS_NUM_THREADS=1",
-        "TF_CPP_MIN_LOG_LEVEL=2",
-        f"FLINK_LOG_DIR={paths.work}/flink-log",
-        *machine.module(
-            "hvbench_job.job",
-            "--bootstrap",
-            bootstrap,
-            "--model",
-            paths.model,
-            "--input",
-            TOPICS["input"],
-            "--output",
-            TOPICS["output"],
-            "--dead-letter",
-            TOPICS["dead_letter"],
-            "--connector-dir",
-            paths.connector_dir,
-            "--settings-out",
-            f"{paths.work}/job-settings.json",
-            *(["--force-tsc"] if target.args.force_tsc else []),
-            # on the machine that stamps send and receipt, the job stamps on the same clock
-            *(
-                ["--calibration", f"{paths.work}/calibration.json"]
-                if target.job_shares_clock
-                else []
-            ),
-        ),
+    paths = target.paths
+    job_args = [
+        "--bootstrap",
+        bootstrap,
+        "--model",
+        paths.model,
+        "--input",
+        TOPICS["input"],
+        "--output",
+        TOPICS["output"],
+        "--dead-letter",
+        TOPICS["dead_letter"],
+        "--connector-dir",
+        paths.connector_dir,
+        "--settings-out",
+        f"{paths.work}/job-settings.json",
+        *(["--force-tsc"] if target.args.force_tsc else []),
+        # on the machine that stamps send and receipt, the job stamps on the same clock
+        *(["--calibration", f"{paths.work}/calibration.json"] if target.job_shares_clock else []),
     ]
+    cmd = target.job_command(parts, job_args)
     out = open(parts.work / "job.out", "wb")  # noqa: SIM115 — the child writes to it until the end
-    return parts.start("flink job", machine, cmd, stdout=out, stderr=subprocess.STDOUT)
+    return parts.start("flink job", target.realtime, cmd, stdout=out, stderr=subprocess.STDOUT)
 
 
 def wait_job_ready(
@@ -480,7 +486,7 @@ def finish(
     meta_doc["clock"]["job"] = stages.clock_relation(samples, target.job_shares_clock)
     logs = [work / name for name in RUN_LOGS if (work / name).exists()]
     logs += sorted((work / "flink-log").glob("*.log")) + sorted(work.glob("noise-*.log"))
-    logs += sorted(work.glob("workload-*.log"))
+    logs += sorted(work.glob("workload-*.log")) + sorted(work.glob("kafka/node-*/broker-*.log"))
     letters = work / "dead_letters.jsonl"
     trace = keep_trace(target, work, meta_doc)
     baseline = work / results_contract.BASELINE

@@ -90,6 +90,9 @@ FIELDS = (
     Field("noise_cpus", str, "job", "--noise-cpus",
           "bare: where the loads run: job (the job's CPUs), apart (the others) or a CPU list",
           "noise_cpus"),
+    Field("scale", str, "one", "--scale",
+          "bare: one (a broker, a Flink JVM) or cluster (3 brokers, replication 3, min in-sync "
+          "2; a Flink session cluster of 2 TaskManagers, the job at parallelism 2)", "scale"),
     Field("job_cpus", str, None, "--job-cpus",
           "bare: the CPUs the job may use, a list such as 1 or 2-3; unset: all", "job_cpus"),
 )  # fmt: skip

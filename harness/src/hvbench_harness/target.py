@@ -22,10 +22,11 @@ from hvbench_agent.sched import Setting
 from hvbench_agent.sched.linux import LinuxScheduler, threads_of
 from hvbench_agent.trace import SchedTrace
 from hvbench_analysis.results import BASELINE
-from hvbench_load.broker import KafkaBroker
+from hvbench_load.broker import KafkaBroker, KafkaCluster
 
 import tsc_timer
 from hvbench_harness import readiness
+from hvbench_harness.cluster import TASKMANAGERS, LocalCluster
 from hvbench_harness.hosttrace import HostTrace
 from hvbench_harness.neighbours import LocalNoise, TestbedNoise, assign
 from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, tail
@@ -39,6 +40,12 @@ TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
 # SCHED=deadline applies to these on the bare target.
 JOB_THREAD_PATTERNS = (r"^Source: kafka-", r"^Source Data Fet", r"^kafka-producer-")
 JOB_THREADS = 3
+# The job's environment, wherever its Python runs (the client, or a TaskManager's JVM).
+JOB_ENV = ("OPENBLAS_NUM_THREADS=1", "TF_CPP_MIN_LOG_LEVEL=2")
+
+
+def job_env(work: str) -> list[str]:
+    return ["env", *JOB_ENV, f"FLINK_LOG_DIR={work}/flink-log"]
 
 
 @dataclass
@@ -80,10 +87,14 @@ class BareTarget:
             args.connector_dir,
             str(Path(args.work).resolve() / run_id),
         )
-        self.scheduler = LinuxScheduler(run_id, JOB_THREAD_PATTERNS, JOB_THREADS)
+        self.cluster = (
+            LocalCluster(args, Path(self.paths.work)) if args.scale == "cluster" else None
+        )
+        jvms = TASKMANAGERS if self.cluster else 1
+        self.scheduler = LinuxScheduler(run_id, JOB_THREAD_PATTERNS, JOB_THREADS * jvms)
         self.readiness: dict = {}
-        self.broker: KafkaBroker | None = None
-        self.jvm_pid: int | None = None
+        self.broker: KafkaBroker | KafkaCluster | None = None
+        self.jvm_pids: list[int] = []  # the job's JVM, or the TaskManagers' JVMs
         self.trace: SchedTrace | None = None
         self.noise: LocalNoise | None = None
 
@@ -125,6 +136,9 @@ class BareTarget:
         return calibration, held
 
     def start_broker(self, parts: Parts) -> dict:
+        if self.cluster is not None:
+            self.broker = self.cluster.start_kafka(parts)
+            return {**self.broker.describe(), "restarts_allowed": self.args.broker_restarts}
         self.broker = broker = KafkaBroker(self.args.kafka_libs, Path(self.paths.work) / "kafka")
         parts.on_teardown(lambda: (broker.stop(), parts.stopped.append("Kafka")))
         broker.start()
@@ -132,13 +146,24 @@ class BareTarget:
         broker.keep(self.args.broker_restarts)
         return {**broker.describe(), "restarts_allowed": self.args.broker_restarts}
 
+    def job_command(self, parts: Parts, job_args: list[str]) -> list[str]:
+        """The job's command; on a cluster, the session cluster is started first."""
+        launch = [*self.job_prefix(), *job_env(self.paths.work)]
+        if self.cluster is None:
+            return [*launch, *self.realtime.module("hvbench_job.job", *job_args)]
+        self.cluster.start_flink(parts, self.realtime, launch)
+        return [*launch, *self.cluster.job_command(job_args)]
+
     def job_started(self, job: subprocess.Popen) -> str:
-        """The setting applies to the job's JVM threads: find the JVM."""
-        self.jvm_pid = job_jvm_pid(job)
-        if self.jvm_pid is None:
+        """The setting applies to the job's JVM threads: find the JVMs."""
+        if self.cluster is not None:
+            self.jvm_pids = self.cluster.taskmanager_pids()
+        elif (pid := job_jvm_pid(job)) is not None:
+            self.jvm_pids = [pid]
+        if not self.jvm_pids:
             raise RunError("the job's JVM was not found")
-        self.scheduler.bind(self.jvm_pid)
-        return f"JVM pid {self.jvm_pid}"
+        self.scheduler.bind(*self.jvm_pids)
+        return f"JVM pid {', '.join(map(str, self.jvm_pids))}"
 
     def job_prefix(self) -> list[str]:
         """JOB_CPUS: the job (PyFlink and its JVM, every thread they start) on those CPUs."""
@@ -149,8 +174,14 @@ class BareTarget:
         return {
             "job_cpus": {
                 "requested": self.args.job_cpus or "all",
-                "jvm_readback": neighbours.allowed_cpus(self.jvm_pid),
-            }
+                "jvm_readback": neighbours.allowed_cpus(self.jvm_pids[0]),
+                **(
+                    {"taskmanagers_readback": [neighbours.allowed_cpus(p) for p in self.jvm_pids]}
+                    if self.cluster
+                    else {}
+                ),
+            },
+            **({"flink_cluster": self.cluster.describe()} if self.cluster else {}),
         }
 
     def start_noise(self, parts: Parts) -> dict | None:
@@ -170,7 +201,11 @@ class BareTarget:
     def start_trace(self, parts: Parts) -> None:
         """TRACE=1: the kernel's sched events of the job's record-handling threads, from now
         until stop_trace (or the teardown)."""
-        threads = dict(threads_of(self.jvm_pid, list(JOB_THREAD_PATTERNS)))
+        threads = {
+            tid: name
+            for pid in self.jvm_pids
+            for tid, name in threads_of(pid, list(JOB_THREAD_PATTERNS))
+        }
         self.trace = SchedTrace(f"hvbench-{Path(self.paths.work).name}", threads)
         self.trace.start()
         parts.on_teardown(self.trace.stop)
@@ -203,8 +238,11 @@ class BareTarget:
         if job.poll() is not None:
             end = tail(work / "job.out")
             return f"the Flink job exited with {job.returncode}; the end of its log:\n{end}"
-        if self.jvm_pid is not None and not Path(f"/proc/{self.jvm_pid}").exists():
-            return f"the Flink job's JVM (pid {self.jvm_pid}) is gone:\n{tail(work / 'job.out')}"
+        for pid in self.jvm_pids:
+            if not Path(f"/proc/{pid}").exists():
+                return f"the Flink job's JVM (pid {pid}) is gone:\n{tail(work / 'job.out')}"
+        if self.cluster is not None and (why := self.cluster.gone()):
+            return why
         if self.broker is not None and self.broker.failure:
             return f"Kafka is gone: {self.broker.failure}"
         return None
@@ -366,8 +404,9 @@ class TestbedTarget:
     def job_started(self, job: subprocess.Popen) -> str:
         return f"in {self.realtime.name}"
 
-    def job_prefix(self) -> list[str]:
-        return []  # the real-time VM's vCPUs are pinned by its inventory
+    def job_command(self, _parts: Parts, job_args: list[str]) -> list[str]:
+        """The job in the real-time VM (whose vCPUs its inventory pins)."""
+        return [*job_env(self.paths.work), *self.realtime.module("hvbench_job.job", *job_args)]
 
     def start_noise(self, parts: Parts) -> dict | None:
         """NOISE: every neighbour VM held as asked (those not named shut down), loads and

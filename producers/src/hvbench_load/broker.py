@@ -7,6 +7,9 @@ empty topics and leaves its broker log behind for inspection.
 `keep(restarts)` watches the broker while a run needs it: if it exits, it is started again on
 the same ports and data (up to `restarts` times) and each exit is recorded in `faults`; past
 that, `failure` says why and the run ends.
+
+`KafkaCluster` starts several such brokers as one KRaft cluster (each node broker and
+controller, a static quorum of all of them), with topics replicated on every node.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from hvbench_job import jvm
 
 KAFKA_VERSION = "4.3.1"
@@ -66,6 +70,45 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
+def replication_properties(replicas: int, min_insync: int) -> dict[str, str]:
+    """Every topic, the internal ones included, on `replicas` nodes; a write with acks=all
+    needs `min_insync` of them."""
+    return {
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": str(min_insync),
+        "offsets.topic.replication.factor": str(replicas),
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": str(min_insync),
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": str(min_insync),
+    }
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """A node's place in its KRaft cluster: its id, the controllers (node id → host:port),
+    the cluster's id and its replication."""
+
+    node_id: int
+    voters: dict[int, str]
+    cluster_id: str
+    replication: int = 1
+    min_insync: int = 1
+
+    @classmethod
+    def alone(cls, host: str, controller_port: int) -> Quorum:
+        return cls(1, {1: f"{host}:{controller_port}"}, new_cluster_id())
+
+    def properties(self) -> dict[str, str]:
+        if len(self.voters) == 1:  # a dynamic quorum of one, formatted --standalone
+            return {"controller.quorum.bootstrap.servers": next(iter(self.voters.values()))}
+        voters = ",".join(f"{node}@{address}" for node, address in self.voters.items())
+        return {"controller.quorum.voters": voters}  # static: formatted with no options
+
+    def format_options(self) -> list[str]:
+        return ["--standalone"] if len(self.voters) == 1 else []
+
+
 class KafkaBroker:
     def __init__(
         self,
@@ -76,6 +119,7 @@ class KafkaBroker:
         controller_port: int | None = None,
         jvm_opts: tuple[str, ...] = DEFAULT_JVM_OPTS,
         java: str = "java",
+        quorum: Quorum | None = None,
     ) -> None:
         self.libs = Path(libs).resolve()
         if not (self.libs / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
@@ -93,10 +137,11 @@ class KafkaBroker:
         self._keeper: threading.Thread | None = None
         self._started_at = 0.0
         self.background_threads: dict = {}  # what jvm.idle_background_threads read back
+        self.quorum = quorum or Quorum.alone(host, self.controller_port)
         self.properties = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"{host}:{self.controller_port}",
+            "node.id": str(self.quorum.node_id),
+            **self.quorum.properties(),
             "listeners": f"PLAINTEXT://{host}:{self.port},CONTROLLER://{host}:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://{host}:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -105,12 +150,8 @@ class KafkaBroker:
             "log.dirs": str(self.work_dir / "data"),
             "num.partitions": "1",
             "auto.create.topics.enable": "false",  # topics are created explicitly, or not at all
-            "offsets.topic.replication.factor": "1",
             "offsets.topic.num.partitions": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            **replication_properties(self.quorum.replication, self.quorum.min_insync),
             "group.initial.rebalance.delay.ms": "0",  # a consumer group starts at once
             # One network thread and two request handlers instead of 3 and 8: a handful of
             # clients on a few cores; fewer hand-offs between threads per request.
@@ -124,7 +165,9 @@ class KafkaBroker:
 
     @property
     def log_file(self) -> Path:
-        return self.work_dir / "broker.log"
+        """broker.log; in a cluster broker-<node>.log, so that the nodes' logs keep apart."""
+        alone = len(self.quorum.voters) == 1
+        return self.work_dir / ("broker.log" if alone else f"broker-{self.quorum.node_id}.log")
 
     def _java(self, main: str, *args: str) -> list[str]:
         return [
@@ -137,7 +180,8 @@ class KafkaBroker:
             *args,
         ]
 
-    def start(self, timeout: float = 90.0) -> None:
+    def format(self, timeout: float = 90.0) -> None:
+        """Write the configuration and format the storage in work_dir."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         config = self.work_dir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
@@ -147,10 +191,10 @@ class KafkaBroker:
                 "kafka.tools.StorageTool",
                 "format",
                 "-t",
-                new_cluster_id(),
+                self.quorum.cluster_id,
                 "-c",
                 str(config),
-                "--standalone",
+                *self.quorum.format_options(),
             ),
             capture_output=True,
             text=True,
@@ -159,10 +203,18 @@ class KafkaBroker:
         if fmt.returncode != 0:
             raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
         self._started_at = time.monotonic()
+
+    def start(self, timeout: float = 90.0) -> None:
+        self.format(timeout)
         self._launch(timeout)
 
     def _launch(self, timeout: float) -> None:
         """Start the JVM on the configuration and data in work_dir; wait until it serves."""
+        self.spawn()
+        self.serving(timeout)
+
+    def spawn(self) -> None:
+        """Start the JVM on the configuration and data in work_dir."""
         with open(self.work_dir / "broker.out", "ab") as out:
             # own session: stop() signals the JVM alone, a Ctrl-C in the terminal does not
             self.process = subprocess.Popen(
@@ -171,6 +223,9 @@ class KafkaBroker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def serving(self, timeout: float) -> None:
+        """Wait until the JVM spawned serves; then its background threads go idle."""
         self._wait_ready(timeout)
         self.background_threads = jvm.idle_background_threads(self.process.pid)
 
@@ -252,7 +307,10 @@ class KafkaBroker:
     def create_topics(self, names: list[str], partitions: int = 1) -> None:
         admin = self.admin()  # must outlive the futures
         futures = admin.create_topics(
-            [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names],
+            [
+                NewTopic(n, num_partitions=partitions, replication_factor=self.quorum.replication)
+                for n in names
+            ],
             operation_timeout=30,
         )
         for name, future in futures.items():
@@ -301,6 +359,132 @@ class KafkaBroker:
             "java": java_version(self.java),
             "work_dir": str(self.work_dir),
         }
+
+
+class KafkaCluster:
+    """`nodes` brokers on this machine as one KRaft cluster: each is broker and controller,
+    topics are on `replication` nodes and a write with acks=all needs `min_insync` of them.
+    Each node has its own work directory (node-1, node-2, ...) and its keeper; a node gone
+    for good is the cluster's failure."""
+
+    def __init__(
+        self,
+        libs: Path | str,
+        work_dir: Path | str,
+        nodes: int = 3,
+        replication: int = 3,
+        min_insync: int = 2,
+        host: str = "127.0.0.1",
+    ) -> None:
+        if not 1 <= min_insync <= replication <= nodes:
+            raise BrokerError(
+                f"need 1 <= min in-sync ({min_insync}) <= replication ({replication}) "
+                f"<= nodes ({nodes})"
+            )
+        self.work_dir = Path(work_dir).resolve()
+        controllers = {node: free_port(host) for node in range(1, nodes + 1)}
+        voters = {node: f"{host}:{port}" for node, port in controllers.items()}
+        cluster_id = new_cluster_id()
+        self.brokers = [
+            KafkaBroker(
+                libs,
+                self.work_dir / f"node-{node}",
+                host=host,
+                controller_port=port,
+                quorum=Quorum(node, voters, cluster_id, replication, min_insync),
+            )
+            for node, port in controllers.items()
+        ]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    @property
+    def faults(self) -> list[dict]:
+        return [
+            {**fault, "part": f"broker {b.quorum.node_id}"}
+            for b in self.brokers
+            for fault in b.faults
+        ]
+
+    @property
+    def failure(self) -> str | None:
+        return next(
+            (f"node {b.quorum.node_id}: {b.failure}" for b in self.brokers if b.failure), None
+        )
+
+    def start(self, timeout: float = 120.0) -> None:
+        """Format every node, start them all (a controller waits for a majority of its
+        quorum), then wait until each serves."""
+        try:
+            for broker in self.brokers:
+                broker.format(timeout)
+            for broker in self.brokers:
+                broker.spawn()
+            for broker in self.brokers:
+                broker.serving(timeout)
+        except BrokerError:
+            self.stop()
+            raise
+
+    def create_topics(self, names: list[str], partitions: int = 1) -> None:
+        self.brokers[0].create_topics(names, partitions)
+
+    def keep(self, restarts: int, poll_s: float = 0.5) -> None:
+        for broker in self.brokers:
+            broker.keep(restarts, poll_s)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """All nodes at once: stopped one after another, the last one waits for a quorum that
+        is gone until it is killed."""
+        stopping = [
+            threading.Thread(target=broker.stop, args=(timeout,), name=f"stop-node-{i + 1}")
+            for i, broker in enumerate(self.brokers)
+        ]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
+
+    def __enter__(self) -> KafkaCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def describe(self) -> dict:
+        """What ran, for meta.json: the nodes, and each topic as the cluster reads it back."""
+        first = self.brokers[0]
+        return {
+            "version": KAFKA_VERSION,
+            "bootstrap": self.bootstrap,
+            "nodes": [b.describe() for b in self.brokers],
+            "replication": first.quorum.replication,
+            "min_insync": first.quorum.min_insync,
+            "topics": read_topics(first.admin()),
+            "java": java_version(first.java),
+        }
+
+
+def read_topics(admin: AdminClient) -> dict:
+    """Each topic's partitions (leader, replicas, in-sync) and min.insync.replicas, read back
+    from the cluster."""
+    metadata = admin.list_topics(timeout=10)
+    names = sorted(t for t in metadata.topics if not t.startswith("__"))
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    configs = {r.name: f.result(timeout=30) for r, f in admin.describe_configs(resources).items()}
+    return {
+        name: {
+            "min_insync_replicas": configs[name]["min.insync.replicas"].value,
+            "partitions": [
+                {"partition": p.id, "leader": p.leader, "replicas": p.replicas, "isr": p.isrs}
+                for p in sorted(metadata.topics[name].partitions.values(), key=lambda p: p.id)
+            ],
+        }
+        for name in names
+    }
 
 
 def java_version(java: str = "java") -> str:

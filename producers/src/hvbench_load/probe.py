@@ -48,9 +48,13 @@ def wait_for_job(
     )
     consumer.subscribe([dead_letter_topic])
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
-    producer.produce(input_topic, probe.encode())
+    # one probe per input partition: on a cluster each partition is read by one of the
+    # job's tasks, and every task must answer
+    partitions = producer.list_topics(input_topic, timeout=10).topics[input_topic].partitions
+    for partition in partitions:
+        producer.produce(input_topic, probe.encode(), partition=partition)
     producer.flush(10)
-    start = time.monotonic()
+    start, answered = time.monotonic(), 0
     try:
         while time.monotonic() - start < timeout:
             gone = job_gone()
@@ -58,8 +62,12 @@ def wait_for_job(
                 raise ProbeError(gone)
             msg = consumer.poll(0.5)
             if msg is not None and not msg.error() and answers(msg.value(), probe):
-                return time.monotonic() - start
-        raise ProbeError(f"the Flink job did not answer the probe within {timeout:.0f} s")
+                answered += 1
+                if answered == len(partitions):
+                    return time.monotonic() - start
+        raise ProbeError(
+            f"the Flink job answered {answered} of {len(partitions)} probes within {timeout:.0f} s"
+        )
     finally:
         consumer.close()
 

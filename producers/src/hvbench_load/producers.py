@@ -48,7 +48,7 @@ import tsc_timer
 PRODUCER_CONFIG = {
     "linger.ms": 0,  # send at once, do not wait to batch
     "socket.nagle.disable": True,  # librdkafka leaves Nagle on by default
-    "acks": "all",  # one broker: all = the leader's own write
+    "acks": "all",  # one broker: its own write; a cluster: min.insync.replicas of them
     "enable.idempotence": False,
     "compression.type": "none",
 }
@@ -171,7 +171,9 @@ def run_producer(
     log: SentLog,
     stop: threading.Event,
     ramp_ns: int = 0,
+    partition: int = 0,
 ) -> None:
+    """One detector's records, to its own partition of the topic (keyed by detector)."""
     producer = Producer(
         {"bootstrap.servers": bootstrap, "client.id": windows.detector, **PRODUCER_CONFIG}
     )
@@ -202,7 +204,9 @@ def run_producer(
         log.intended_ns.append(intended)
         log.sent_ns.append(sent)
         log.delivered.append(False)
-        producer.produce(topic, value.encode(), callback=delivered(len(log.seq) - 1))
+        producer.produce(
+            topic, value.encode(), partition=partition, callback=delivered(len(log.seq) - 1)
+        )
         producer.poll(0)  # serve delivery reports without waiting
     remaining = flush(producer, stop)
     if remaining:
@@ -252,6 +256,11 @@ def write_sent(path: Path, logs: list[SentLog]) -> int:
     return rows
 
 
+def topic_partitions(bootstrap: str, topic: str) -> int:
+    metadata = Producer({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return max(1, len(metadata.topics[topic].partitions))
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m hvbench_load.producers", description=__doc__.split("\n")[0]
@@ -285,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     period_ns = round(args.period_ms * 1e6)
     start = tsc_timer.now_ns() + round(args.start_delay_ms * 1e6)
     logs = [SentLog(k) for k in keys]
+    partitions = topic_partitions(args.bootstrap, args.topic)
     # Sending makes no reference cycles; a full collection over the growing logs would only
     # delay a send.
     gc.disable()
@@ -303,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                 logs[i],
                 stop,
                 round(args.ramp_s * 1e9),
+                i % partitions,  # producer i to partition i: keyed by detector
             ),
         )
         for i, k in enumerate(keys)

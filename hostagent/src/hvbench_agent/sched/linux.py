@@ -647,10 +647,10 @@ class CpuQuota:
 
 
 class LinuxScheduler:
-    """The linux backend for one process (the job's JVM): SCHED=none reads its threads,
-    deadline applies to its threads whose names match `thread_patterns`, cfs-quota puts the
-    whole process in a cpu cgroup named after the run. `bind(pid)` names the process once it
-    runs; `check` works before that, for `expected_threads` threads."""
+    """The linux backend for the job's JVMs (one, or one per TaskManager): SCHED=none reads
+    their threads, deadline applies to their threads whose names match `thread_patterns`,
+    cfs-quota puts the whole processes in a cpu cgroup named after the run. `bind(*pids)` names
+    the processes once they run; `check` works before that, for `expected_threads` threads."""
 
     backend = "linux"
 
@@ -658,47 +658,54 @@ class LinuxScheduler:
         self.run_id = run_id
         self.thread_patterns = list(thread_patterns)
         self.expected_threads = expected_threads
-        self.pid: int | None = None
+        self.pids: list[int] = []
         self.setting: Setting | None = None
         self.quota: CpuQuota | None = None
 
-    def bind(self, pid: int) -> None:
-        self.pid = pid
+    def bind(self, *pids: int) -> None:
+        self.pids = list(pids)
 
     def check(self, setting: Setting) -> None:
         check_permitted(setting, threads=self.expected_threads)
 
     def apply(self, setting: Setting) -> dict:
-        assert self.pid is not None, "bind(pid) first"
+        assert self.pids, "bind(pid) first"
         self.setting = setting
         if setting.sched == "none":
-            return {"applied": "none", "readback": readback_none(self.pid)}
+            return {"applied": "none", "readback": self._readback_none()}
         if setting.sched == "cfs-quota":
             self.quota = CpuQuota(setting, self.run_id)
-            self.quota.add(self.pid)
+            for pid in self.pids:
+                self.quota.add(pid)
             return {
                 "applied": "cfs-quota on every thread of the job's JVM",
                 "readback": self.quota.readback(),
             }
         tids = self._threads()
         if not tids:
-            raise Refused(f"no threads matching {self.thread_patterns} in process {self.pid}")
+            raise Refused(f"no threads matching {self.thread_patterns} in processes {self.pids}")
         check_permitted(setting, threads=len(tids))
         return {
             "applied": "SCHED_DEADLINE on the job's record-handling threads",
             "thread_patterns": self.thread_patterns,
+            "processes": self.pids,
             "readback": [asdict(r) for r in apply_deadline(tids, setting)],
         }
 
     def read(self) -> dict | list | None:
-        """The readback now; None once the process is gone."""
-        if self.pid is None or not Path(f"/proc/{self.pid}").exists():
+        """The readback now; None once a process is gone."""
+        if not self.pids or not all(Path(f"/proc/{pid}").exists() for pid in self.pids):
             return None
         if self.quota is not None:
             return self.quota.readback()
         if self.setting is not None and self.setting.sched == "deadline":
             return [asdict(r) for r in readback_threads(self._threads())]
-        return readback_none(self.pid)
+        return self._readback_none()
+
+    def _readback_none(self) -> dict | list[dict]:
+        """One process's readback as it always was; with several, one per process."""
+        found = [{"pid": pid, **readback_none(pid)} for pid in self.pids]
+        return readback_none(self.pids[0]) if len(self.pids) == 1 else found
 
     def reset(self) -> None:
         """The quota's cgroup goes; deadline threads end with their process."""
@@ -706,4 +713,4 @@ class LinuxScheduler:
             self.quota.close()
 
     def _threads(self) -> list[int]:
-        return [tid for tid, _ in threads_of(self.pid, self.thread_patterns)]
+        return [tid for pid in self.pids for tid, _ in threads_of(pid, self.thread_patterns)]

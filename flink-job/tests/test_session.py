@@ -1,0 +1,55 @@
+"""The Flink session cluster's work directory and commands (hvbench_job.session); the cluster
+itself runs for real in tests/integration/test_cluster_integration.py."""
+
+import pytest
+import yaml
+from hvbench_job import jvm
+from hvbench_job.session import PYFLINK, FlinkSession, SessionError
+
+
+@pytest.fixture
+def session(tmp_path):
+    connectors = tmp_path / "connectors"
+    connectors.mkdir()
+    (connectors / "flink-sql-connector-kafka-5.0.0-2.2.jar").write_bytes(b"")
+    return FlinkSession(tmp_path / "cluster", connectors, taskmanagers=2, rest_port=1)
+
+
+def test_prepare_links_the_distribution_the_python_runtime_and_the_connector(session):
+    session.prepare()
+    lib = {p.name for p in (session.work_dir / "lib").iterdir()}
+    assert {p.name for p in PYFLINK.glob("lib/*.jar")} <= lib
+    assert any(name.startswith("flink-python-") for name in lib)
+    assert "flink-sql-connector-kafka-5.0.0-2.2.jar" in lib
+    config = yaml.safe_load((session.work_dir / "conf" / "config.yaml").read_text())
+    assert config["taskmanager.numberOfTaskSlots"] == 1
+    assert config["env.java.opts.taskmanager"] == " ".join(jvm.JOB_OPTIONS)
+    assert "--add-opens=java.base/java.util=ALL-UNNAMED" in config["env.java.opts.all"]
+    assert (session.work_dir / "conf" / "log4j-console.properties").exists()
+
+
+def test_no_connector_is_refused(tmp_path):
+    with pytest.raises(SessionError, match="no Flink Kafka connector jar"):
+        FlinkSession(tmp_path / "cluster", tmp_path).prepare()
+
+
+def test_every_command_runs_on_the_work_directory(session):
+    env = f"FLINK_CONF_DIR={session.work_dir / 'conf'}"
+    assert session.jobmanager_command()[-2:] == [
+        str(PYFLINK / "bin/jobmanager.sh"),
+        "start-foreground",
+    ]
+    assert session.taskmanager_command()[-1] == "start-foreground"
+    submit = session.submit_command(["--bootstrap", "b:1"])
+    assert ["-m", session.rest] == submit[submit.index("run") + 1 : submit.index("run") + 3]
+    assert submit[-4:] == ["-pym", "hvbench_job.job", "--bootstrap", "b:1"]
+    for command in (session.jobmanager_command(), session.taskmanager_command(), submit):
+        assert command[0] == "env" and env in command
+
+
+def test_waiting_ends_when_a_part_exits_or_time_runs_out(session):
+    assert session.registered() == 0  # nothing listens on port 1
+    with pytest.raises(SessionError, match="the TaskManager exited"):
+        session.wait_ready(30, lambda: "the TaskManager exited")
+    with pytest.raises(SessionError, match="0 of 2 TaskManagers registered"):
+        session.wait_ready(0.1)

@@ -1,0 +1,78 @@
+"""SCALE=cluster on the bare target for real: three Kafka brokers, a Flink session cluster of
+two TaskManagers, the job at parallelism 2 under SCHED_DEADLINE (a short run)."""
+
+import json
+
+import pandas as pd
+import pytest
+from driver import leftover_processes, run_args
+from hvbench_harness import run
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 120
+
+
+@pytest.fixture(scope="module")
+def cluster_run(small_data, small_model, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("cluster")
+    args = run_args(tmp_path, small_data[0], small_model, "--run-id", "cluster", records=RECORDS)
+    args += ["--scale", "cluster", "--sched", "deadline", "--budget", "20000"]
+    code = run.main(args)
+    results = tmp_path / "results" / "cluster"
+    return code, tmp_path, json.loads((results / "meta.json").read_text()), results
+
+
+def test_a_cluster_run_accounts_for_every_record(cluster_run):
+    code, _, meta, results = cluster_run
+    assert code == 0
+    counts = meta["counts"]
+    assert counts["sent"] == RECORDS and counts["received"] == RECORDS and counts["accounted"]
+    assert counts["missing"] == 0 and counts["duplicated"] == 0
+    samples = pd.read_csv(results / "samples.csv")
+    assert len(samples) == RECORDS and samples.detector.nunique() == 6
+    assert "one calibration shared by producers and consumer" in meta["clock"]["stamps"]
+
+
+def test_kafka_is_three_nodes_with_every_partition_on_all_of_them(cluster_run):
+    _, _, meta, _ = cluster_run
+    kafka = meta["kafka"]
+    assert [n["properties"]["node.id"] for n in kafka["nodes"]] == ["1", "2", "3"]
+    assert kafka["replication"] == 3 and kafka["min_insync"] == 2
+    assert len(kafka["bootstrap"].split(",")) == 3
+    assert len(kafka["topics"]["input"]["partitions"]) == 6  # one per detector
+    for topic in ("input", "output", "dead-letter"):
+        read = kafka["topics"][topic]
+        assert read["min_insync_replicas"] == "2"
+        for partition in read["partitions"]:
+            assert sorted(partition["replicas"]) == [1, 2, 3]
+            assert sorted(partition["isr"]) == [1, 2, 3]
+
+
+def test_the_job_runs_on_two_taskmanagers_each_under_the_setting(cluster_run):
+    _, _, meta, results = cluster_run
+    flink = meta["flink_cluster"]
+    assert flink["taskmanagers"] == 2 and flink["parallelism"] == 2
+    pids = flink["taskmanager_pids"]
+    assert len(set(pids)) == 2
+    assert meta["job"]["flink"]["parallelism.default"] == "2"
+    sched = meta["sched"]
+    assert sched["processes"] == pids
+    read = sched["readback"]
+    assert len(read) == 6 and len({r["tid"] for r in read}) == 6  # three threads per JVM
+    assert all(r["policy"] == "SCHED_DEADLINE" and r["runtime_ns"] == 20_000_000 for r in read)
+    logs = {p.name for p in (results / "logs").iterdir()}
+    assert {"broker-1.log", "broker-2.log", "broker-3.log"} <= logs
+    assert sum(name.startswith("flink--taskexecutor-") for name in logs) == 2
+
+
+def test_nothing_of_the_cluster_is_left_running(cluster_run):
+    _, tmp_path, _, _ = cluster_run
+    assert leftover_processes(tmp_path) == []
+
+
+def test_each_taskmanager_idles_its_background_threads(cluster_run):
+    _, _, meta, _ = cluster_run
+    by_process = meta["job"]["jvm"]["background_threads_by_process"]
+    assert sorted(map(int, by_process)) == sorted(meta["flink_cluster"]["taskmanager_pids"])
+    assert all(applied["not_idle"] == [] for applied in by_process.values())
