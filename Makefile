@@ -313,6 +313,7 @@ bench: $(STAMP) kafka flink-connector ## speed and memory figures (not tests)
 	$(PY) bench/bench_tsc.py
 	$(PY) bench/bench_report.py
 	$(PY) bench/bench_pipeline.py --model $(MODEL_DIR) --data $(DATA_DIR)
+	$(PY) bench/bench_scale.py --model $(MODEL_DIR) --data $(DATA_DIR)
 	$(PY) bench/bench_trace.py --model $(MODEL_DIR) --data $(DATA_DIR)
 
 clean: ## remove generated data, artifacts, build/ and the venv

@@ -197,6 +197,7 @@ def pipeline(
     legs = leg_figures(results / run_id) if meta else {}
     shutil.rmtree(results, ignore_errors=True)
     found = {"exit": code, "counts": meta.get("counts"), "latency": meta.get("latency")}
+    found["cpu_per_part"] = meta.get("cpu_per_part")
     return found | {"legs": legs} | ({"trace": meta["trace"]} if "trace" in meta else {})
 
 
@@ -227,8 +228,9 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def rate_steps(args: argparse.Namespace) -> list[dict]:
-    """The pipeline at rising rates, until p99 passes 50 ms or nothing is measured."""
+def rate_steps(args: argparse.Namespace, extra: tuple[str, ...] = (), name: str = "") -> list[dict]:
+    """The pipeline at rising rates, until p99 passes 50 ms or nothing is measured (`extra`:
+    more of the run's flags, such as SCALE=cluster's)."""
     steps = []
     for rate in (float(r) for r in args.rates.split(",")):
         # the ramp sends (1 + 0.1) / 2 of the full rate on average
@@ -238,13 +240,24 @@ def rate_steps(args: argparse.Namespace) -> list[dict]:
             int(rate * sent_s),
             6000.0 / rate,
             args.warmup_seconds,
-            f"bench-{rate:g}",
+            f"bench{name}-{rate:g}",
             args.ramp_seconds,
+            extra,
         )
         steps.append({"rate": rate, **result})
         if not result["latency"] or result["latency"]["p99_ms"] > 50:
             break
     return steps
+
+
+def sustainable(steps: list[dict]) -> float:
+    """The highest rate whose run kept p99 ≤ 50 ms and accounted for every record."""
+    passing = [
+        s["rate"]
+        for s in steps
+        if s["latency"] and s["latency"]["p99_ms"] <= 50 and s["counts"]["accounted"]
+    ]
+    return max(passing, default=0.0)
 
 
 def print_figures(noise: dict, echo: dict, at_60: dict, steps: list[dict]) -> None:
@@ -295,12 +308,7 @@ def main() -> int:
     }
     at_60 = pipeline(args, records_60, 100.0, args.warmup_seconds, "bench-60")
     steps = rate_steps(args)
-    passing = [
-        s["rate"]
-        for s in steps
-        if s["latency"] and s["latency"]["p99_ms"] <= 50 and s["counts"]["accounted"]
-    ]
-    best = max(passing, default=0.0)
+    best = sustainable(steps)
     lat = at_60["latency"] or {}
     ratio = lat.get("p50_ms", float("nan")) / echo["p50_ms"]
     added = lat.get("p99.9_ms", float("nan")) - echo["p99.9_ms"]

@@ -40,6 +40,7 @@ def test_a_run_from_before_the_version_is_upgraded_when_read():
         "weight": None,
         "cap": None,
     }
+    assert meta["requested"]["scale"] == "one" and meta["requested"]["taskmanagers"] is None
 
 
 def test_a_run_from_before_the_version_loads_into_the_report(tmp_path):

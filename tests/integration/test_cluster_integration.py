@@ -76,3 +76,15 @@ def test_each_taskmanager_idles_its_background_threads(cluster_run):
     by_process = meta["job"]["jvm"]["background_threads_by_process"]
     assert sorted(map(int, by_process)) == sorted(meta["flink_cluster"]["taskmanager_pids"])
     assert all(applied["not_idle"] == [] for applied in by_process.values())
+
+
+def test_each_parts_cpu_time_is_recorded_per_record(cluster_run):
+    _, _, meta, _ = cluster_run
+    cpu = meta["cpu_per_part"]
+    parts = cpu["parts"]
+    assert parts["kafka"]["processes"] == 3 and parts["flink job"]["processes"] == 2
+    assert {"producers", "consumer", "job client", "flink jobmanager"} <= set(parts)
+    assert cpu["records"] == RECORDS
+    for part in ("kafka", "flink job", "producers", "consumer"):
+        assert parts[part]["cpu_s"] > 0, part
+    assert cpu["machine_busy_s"] > 0

@@ -166,6 +166,8 @@ def test_nothing_is_left_running(plain_run):
         (["--cpu-latency", "low"], "CPU_LATENCY must be auto, off or microseconds"),
         (["--scale", "clusters"], "unknown SCALE 'clusters' (did you mean cluster?)"),
         (["--target", "kvm", "--scale", "cluster"], "SCALE=cluster runs on the bare target"),
+        (["--taskmanagers", "2"], "TASKMANAGERS: for SCALE=cluster"),
+        (["--scale", "cluster", "--taskmanagers", "7"], "TASKMANAGERS 1..6"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_starts(

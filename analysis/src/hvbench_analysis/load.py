@@ -39,6 +39,7 @@ SETTINGS = (
     "noise",  # the neighbours and what they did (NOISE), "" for none
     "noise_cpus",  # bare: where the loads ran (job, apart or a CPU list), "" without loads
     "job_cpus",  # bare: the CPUs the job was held to, "" for all
+    "scale",  # one broker and one Flink JVM (""), or e.g. "3 brokers, 2 TaskManagers"
 )
 # How a run measured (requested records, warmup_s, ramp_s, cpu_latency; forced: a failed
 # required readiness check was overridden). Runs that differ in these are never pooled.
@@ -134,6 +135,7 @@ def tags_of(meta: dict) -> dict:
         "priority": requested.get("priority"),
         "rate": rate_per_s(requested.get("producer_period_ms")),
         **noise_tags(requested),
+        "scale": scale_tag(requested),
         "records": number_or_none(requested.get("records")),
         "warmup_s": number_or_none(requested.get("warmup_s")),
         "ramp_s": number_or_none(requested.get("ramp_s")),
@@ -153,6 +155,14 @@ def noise_tags(requested: dict) -> dict:
         str(requested.get("noise_cpus") or "") if noise and requested["target"] == "bare" else ""
     )
     return {"noise": noise, "noise_cpus": where, "job_cpus": str(requested.get("job_cpus") or "")}
+
+
+def scale_tag(requested: dict) -> str:
+    """ "" for one broker and one Flink JVM (every run before schema 6), else the cluster."""
+    if requested.get("scale", "one") == "one":
+        return ""
+    brokers, taskmanagers = requested.get("brokers"), requested.get("taskmanagers")
+    return f"{brokers} brokers, {taskmanagers} TaskManagers"
 
 
 def number_or_none(value) -> float | int | None:
@@ -482,6 +492,8 @@ def config_label(row) -> str:
     if rate := rate_label(row.get("rate")):
         parts.append(f"@{rate}/s")
     parts += noise_label(row)
+    if scale := row.get("scale"):
+        parts.append(f"on {scale}")
     setup = row.get("setup")
     if isinstance(setup, str) and setup:
         parts.append(setup)

@@ -27,7 +27,10 @@ import pandas as pd
 # (`clock.job`), for the stage legs; older runs have neither, and their legs are unknown.
 # 5: the neighbours (`requested.noise`, `noise_cpus`, `job_cpus`; `noise`, what they did) and,
 # on the bare target, the CPUs the job was held to (`job_cpus`); older runs had neither.
-SCHEMA_VERSION = 5
+# 6: the scale (`requested.scale`, `brokers`, `taskmanagers`; `flink_cluster`, the Kafka
+# cluster's nodes and topics in `kafka`) and each part's CPU time (`cpu_per_part`); older runs
+# ran one broker and one Flink JVM.
+SCHEMA_VERSION = 6
 META = "meta.json"
 SAMPLES = "samples.csv"
 DEAD_LETTERS = "dead_letters.jsonl"
@@ -35,6 +38,7 @@ SCHED_TRACE = "sched_trace.txt"  # TRACE=1: the kernel's sched events of the job
 BASELINE = "baseline.csv"  # BASELINE=1: every timer wake-up's latency (µs) of the noise floor
 LOGS = "logs"
 NOISE_KEYS = ("noise", "noise_cpus", "job_cpus")  # in `requested` from version 5
+SCALE_ONE = {"scale": "one", "brokers": None, "taskmanagers": None}  # `requested` before 6
 SETTING_KEYS = ("budget_us", "period_us", "priority", "extratime", "weight", "cap")
 # Counts added in version 3: foreign records are other runs' (reported, never a problem);
 # contradictions and lost dead letters are problems.
@@ -127,6 +131,8 @@ def upgrade(meta: dict) -> dict:
             meta["counts"] = {**dict.fromkeys(COUNT_KEYS_3, 0), **meta["counts"]}
     if version < 5 and isinstance(meta.get("requested"), dict):
         meta["requested"] = {**dict.fromkeys(NOISE_KEYS), **meta["requested"]}
+    if version < 6 and isinstance(meta.get("requested"), dict):
+        meta["requested"] = {**SCALE_ONE, **meta["requested"]}
     meta["schema"] = SCHEMA_VERSION
     return meta
 

@@ -1,10 +1,11 @@
 """SCALE=cluster on the bare target: the same run on a Kafka cluster and a Flink session
 cluster, as processes on this machine.
 
-- Kafka: three KRaft nodes (each broker and controller), every topic on all three, a write
-  with acks=all (the producers' setting) acknowledged once two have it.
-- Flink: a JobManager and two TaskManagers (one slot each), every one its own JVM; the job runs
-  at parallelism 2, one task per TaskManager.
+- Kafka: BROKERS KRaft nodes (3 by default; each broker and controller), every topic on up to
+  three of them, a write with acks=all (the producers' setting) acknowledged once up to two
+  have it.
+- Flink: a JobManager and TASKMANAGERS TaskManagers (2 by default, one slot each), every one its
+  own JVM; the job runs at that parallelism, one task per TaskManager.
 - Keyed by detector: the input topic has one partition per detector and each producer writes
   to its own, so each detector's records stay in order on one task, and Flink's source spreads
   the partitions over the tasks (no keyBy: that would add a network hand-off, see
@@ -25,8 +26,7 @@ from hvbench_harness import spec
 from hvbench_harness.parts import Parts, log
 from hvbench_harness.testbed import Machine
 
-BROKERS, REPLICATION, MIN_INSYNC = 3, 3, 2
-TASKMANAGERS = 2
+REPLICATION, MIN_INSYNC = 3, 2  # at most: fewer nodes hold fewer copies
 INPUT_PARTITIONS = spec.PRODUCERS  # one per detector
 READY_TIMEOUT_S = 180.0
 
@@ -37,10 +37,11 @@ class LocalCluster:
     def __init__(self, args, work: Path):
         self.args, self.work = args, work
         self.kafka: KafkaCluster | None = None
+        self.taskmanager_count = args.taskmanagers
         self.session = FlinkSession(
             work / "flink-cluster",
             args.connector_dir,
-            taskmanagers=TASKMANAGERS,
+            taskmanagers=args.taskmanagers,
             rest_port=free_port(),
             rpc_port=free_port(),
             log_dir=work / "flink-log",  # kept with the run's logs, as the job's are
@@ -50,8 +51,13 @@ class LocalCluster:
         self.registered_s: float | None = None
 
     def start_kafka(self, parts: Parts) -> KafkaCluster:
+        nodes = self.args.brokers
         self.kafka = kafka = KafkaCluster(
-            self.args.kafka_libs, self.work / "kafka", BROKERS, REPLICATION, MIN_INSYNC
+            self.args.kafka_libs,
+            self.work / "kafka",
+            nodes,
+            min(REPLICATION, nodes),
+            min(MIN_INSYNC, nodes),
         )
         parts.on_teardown(lambda: (kafka.stop(), parts.stopped.append("Kafka cluster")))
         kafka.start()
@@ -72,7 +78,7 @@ class LocalCluster:
             session.jobmanager_command(),
             **output(logs / "jobmanager-out.log"),
         )
-        for i in range(TASKMANAGERS):
+        for i in range(self.taskmanager_count):
             self.taskmanagers.append(
                 parts.start(
                     f"Flink TaskManager {i + 1}",
@@ -82,10 +88,14 @@ class LocalCluster:
                 )
             )
         self.registered_s = session.wait_ready(READY_TIMEOUT_S, self.gone)
-        log(f"Flink session cluster up: {TASKMANAGERS} TaskManagers in {self.registered_s:.1f} s")
+        log(
+            f"Flink session cluster up: {self.taskmanager_count} TaskManagers in "
+            f"{self.registered_s:.1f} s"
+        )
 
     def job_command(self, job_args: list[str]) -> list[str]:
-        return self.session.submit_command([*job_args, "--parallelism", str(TASKMANAGERS)])
+        parallelism = str(self.taskmanager_count)
+        return self.session.submit_command([*job_args, "--parallelism", parallelism])
 
     def taskmanager_pids(self) -> list[int]:
         """start-foreground ends in exec: each started process is the TaskManager's JVM."""
@@ -106,7 +116,7 @@ class LocalCluster:
             **self.session.describe(),
             "taskmanager_pids": self.taskmanager_pids(),
             "registered_s": None if self.registered_s is None else round(self.registered_s, 1),
-            "parallelism": TASKMANAGERS,
+            "parallelism": self.taskmanager_count,
             "input_partitions": INPUT_PARTITIONS,
             "keyed_by": "detector: producer i writes to input partition i",
         }

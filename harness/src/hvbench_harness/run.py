@@ -43,7 +43,9 @@ from hvbench_agent import tuning
 from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, Setting, validate
 from hvbench_analysis import results as results_contract
 from hvbench_analysis import stages
+from hvbench_job.session import SessionError
 from hvbench_load import probe
+from hvbench_load.broker import BrokerError
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.probe import probe_record
 from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
@@ -51,6 +53,7 @@ from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
 import tsc_timer
 from hvbench_harness import accounting, inventory, meta, neighbours, spec
 from hvbench_harness import target as targets
+from hvbench_harness.cpu import PartCpu
 from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, stop_process, tail
 from hvbench_harness.target import TOPICS, Target
 from hvbench_harness.testbed import TARGETS, Machine, TestbedError, inventory_target
@@ -60,7 +63,16 @@ SCALES = ("one", "cluster")
 # The parts' own logs, kept in results/<run-id>/logs/ (with Flink's).
 RUN_LOGS = ("job.out", "producers.out", "consumer.err", "broker.err", "kafka/broker.log")
 # Errors that end a run (after its checks): the run's results are written if it was sending.
-RUN_ENDING = (RunError, TestbedError, Refused, tuning.TuningError, OSError)
+# A part that could not start (BrokerError, SessionError) ends the run like one that died.
+RUN_ENDING = (
+    RunError,
+    TestbedError,
+    Refused,
+    tuning.TuningError,
+    OSError,
+    BrokerError,
+    SessionError,
+)
 EXIT_CODES = {"failed": 1, "interrupted": 130}
 
 
@@ -135,6 +147,17 @@ def check_scale(args: argparse.Namespace) -> None:
             "SCALE=cluster runs on the bare target; on a testbed the inventory's layout gives "
             "the cluster"
         )
+    given = [n for n in ("brokers", "taskmanagers") if getattr(args, n) is not None]
+    if given and args.scale != "cluster":
+        raise RunError(f"{', '.join(n.upper() for n in given)}: for SCALE=cluster")
+    if args.scale == "cluster":
+        args.brokers = 3 if args.brokers is None else args.brokers
+        args.taskmanagers = 2 if args.taskmanagers is None else args.taskmanagers
+        if not 1 <= args.brokers <= 9 or not 1 <= args.taskmanagers <= spec.PRODUCERS:
+            raise RunError(
+                f"BROKERS is 1..9 and TASKMANAGERS 1..{spec.PRODUCERS} (one input partition "
+                f"per detector: more tasks would idle)"
+            )
 
 
 def check_settings(args: argparse.Namespace) -> tuple[Setting, tuning.CpuLatency | None]:
@@ -412,11 +435,13 @@ def drain(
     machines = target.machines()
     started = time.monotonic()
     cpu_at_start = {m.name: cpu_times(m) for m in machines}
+    usage = PartCpu(target.part_pids(job, {"producers": producers, "consumer": consumer}))
     drain_deadline, steal = None, None
     while consumer.poll() is None:
         line = next_line(lines, 0.2)
         if line:
             relay_line(line, args.records, started)
+        usage.sample()  # before the poll below reaps the producers
         if producers.poll() is not None and drain_deadline is None:
             enter(meta_doc, "draining")
             drain_deadline = time.monotonic() + args.drain
@@ -428,6 +453,8 @@ def drain(
             stop_process(consumer, 60)
     if sys.stdout.isatty():
         print()
+    if usage.pids:
+        meta_doc["cpu_per_part"] = usage.result(args.records)
     producers.wait()
     if producers.returncode != 0:
         raise RunError("the producers failed:\n" + tail(parts.work / "producers.out"))
@@ -594,14 +621,7 @@ def main(argv: list[str] | None = None) -> int:
             print(args.target)
             return 0
         return run(args)
-    except (
-        RunError,
-        ValueError,
-        Refused,
-        tuning.TuningError,
-        TestbedError,
-        tsc_timer.TscUnavailable,
-    ) as e:
+    except (*RUN_ENDING, ValueError, tsc_timer.TscUnavailable) as e:
         print(f"make run: {e}", file=sys.stderr)
         return 1
     finally:

@@ -91,8 +91,13 @@ FIELDS = (
           "bare: where the loads run: job (the job's CPUs), apart (the others) or a CPU list",
           "noise_cpus"),
     Field("scale", str, "one", "--scale",
-          "bare: one (a broker, a Flink JVM) or cluster (3 brokers, replication 3, min in-sync "
-          "2; a Flink session cluster of 2 TaskManagers, the job at parallelism 2)", "scale"),
+          "bare: one (a broker, a Flink JVM) or cluster (BROKERS brokers, replication up to 3, "
+          "min in-sync up to 2; a Flink session cluster of TASKMANAGERS TaskManagers, the job at "
+          "that parallelism) (docs/cluster.md)", "scale"),
+    Field("brokers", int, None, "--brokers", "SCALE=cluster: Kafka nodes, 3 if unset", "brokers"),
+    Field("taskmanagers", int, None, "--taskmanagers",
+          "SCALE=cluster: TaskManagers, one slot each: the job's parallelism; 2 if unset",
+          "taskmanagers"),
     Field("job_cpus", str, None, "--job-cpus",
           "bare: the CPUs the job may use, a list such as 1 or 2-3; unset: all", "job_cpus"),
 )  # fmt: skip

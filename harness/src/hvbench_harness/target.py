@@ -26,7 +26,7 @@ from hvbench_load.broker import KafkaBroker, KafkaCluster
 
 import tsc_timer
 from hvbench_harness import readiness
-from hvbench_harness.cluster import TASKMANAGERS, LocalCluster
+from hvbench_harness.cluster import LocalCluster
 from hvbench_harness.hosttrace import HostTrace
 from hvbench_harness.neighbours import LocalNoise, TestbedNoise, assign
 from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, tail
@@ -90,7 +90,7 @@ class BareTarget:
         self.cluster = (
             LocalCluster(args, Path(self.paths.work)) if args.scale == "cluster" else None
         )
-        jvms = TASKMANAGERS if self.cluster else 1
+        jvms = args.taskmanagers if self.cluster else 1  # set by run.check_scale
         self.scheduler = LinuxScheduler(run_id, JOB_THREAD_PATTERNS, JOB_THREADS * jvms)
         self.readiness: dict = {}
         self.broker: KafkaBroker | KafkaCluster | None = None
@@ -168,6 +168,19 @@ class BareTarget:
     def job_prefix(self) -> list[str]:
         """JOB_CPUS: the job (PyFlink and its JVM, every thread they start) on those CPUs."""
         return ["taskset", "--cpu-list", self.args.job_cpus] if self.args.job_cpus else []
+
+    def part_pids(self, job: subprocess.Popen, clients: dict) -> dict[str, list[int]]:
+        """The processes of each part, for the CPU they use while sending (harness.cpu)."""
+        brokers = self.broker.brokers if isinstance(self.broker, KafkaCluster) else [self.broker]
+        pids = {
+            "kafka": [b.process.pid for b in brokers if b is not None and b.process],
+            "flink job": list(self.jvm_pids),
+            "job client": [job.pid],  # PyFlink's driver; on a cluster, `flink run`
+            **{name: [proc.pid] for name, proc in clients.items()},
+        }
+        if self.cluster is not None and self.cluster.jobmanager is not None:
+            pids["flink jobmanager"] = [self.cluster.jobmanager.pid]
+        return pids
 
     def job_placement(self) -> dict:
         """meta.json `job_cpus`: the CPUs asked for and those the JVM may use, read back."""
@@ -400,6 +413,9 @@ class TestbedTarget:
             )
         self.broker = broker
         return {**json.loads(first), "restarts_allowed": self.args.broker_restarts}
+
+    def part_pids(self, _job: subprocess.Popen, _clients: dict) -> dict[str, list[int]]:
+        return {}  # the parts run in guests: their processes are not this machine's
 
     def job_started(self, job: subprocess.Popen) -> str:
         return f"in {self.realtime.name}"

@@ -319,6 +319,20 @@ class KafkaBroker:
             except KafkaException as e:
                 raise BrokerError(f"creating topic {name!r} failed: {e}") from None
 
+    def knows(self, names: list[str], replicas: int) -> bool:
+        """This node has every partition of the topics with a leader and `replicas` in sync."""
+        try:
+            metadata = self.admin().list_topics(timeout=5)
+        except KafkaException:
+            return False
+        for name in names:
+            topic = metadata.topics.get(name)
+            if topic is None or topic.error is not None or not topic.partitions:
+                return False
+            if any(p.leader < 0 or len(p.isrs) < replicas for p in topic.partitions.values()):
+                return False
+        return True
+
     def topics(self) -> list[str]:
         return sorted(
             t for t in self.admin().list_topics(timeout=10).topics if not t.startswith("__")
@@ -428,8 +442,15 @@ class KafkaCluster:
             self.stop()
             raise
 
-    def create_topics(self, names: list[str], partitions: int = 1) -> None:
+    def create_topics(self, names: list[str], partitions: int = 1, timeout: float = 60) -> None:
+        """Create the topics, then wait until every node knows each partition's leader and
+        every replica is in sync: until then a node answers for the topics with "unknown"."""
         self.brokers[0].create_topics(names, partitions)
+        deadline = time.monotonic() + timeout
+        while not all(b.knows(names, self.brokers[0].quorum.replication) for b in self.brokers):
+            if time.monotonic() > deadline:
+                raise BrokerError(f"topics {names} not on every node after {timeout:.0f} s")
+            time.sleep(0.2)
 
     def keep(self, restarts: int, poll_s: float = 0.5) -> None:
         for broker in self.brokers:
