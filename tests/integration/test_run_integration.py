@@ -110,6 +110,10 @@ def test_meta_records_what_ran(plain_run):
     }
     steal = meta["steal_while_sending"]
     assert steal["cpu_s"] > 0 and 0 <= steal["steal_pct"] <= 100
+    parts = meta["cpu_per_part"]["parts"]
+    assert parts["kafka"]["processes"] == 1 and parts["flink job"]["processes"] == 1
+    assert parts["kafka"]["cpu_s"] > 0 and parts["flink job"]["cpu_s"] > 0
+    assert "flink jobmanager" not in parts  # one JVM runs the job's JobManager and task
     assert meta["kafka"]["version"] == "4.3.1"
     assert meta["clients"]["producer"]["linger.ms"] == 0
     assert meta["clients"]["producer"]["socket.nagle.disable"] is True

@@ -171,9 +171,8 @@ class BareTarget:
 
     def part_pids(self, job: subprocess.Popen, clients: dict) -> dict[str, list[int]]:
         """The processes of each part, for the CPU they use while sending (harness.cpu)."""
-        brokers = self.broker.brokers if isinstance(self.broker, KafkaCluster) else [self.broker]
         pids = {
-            "kafka": [b.process.pid for b in brokers if b is not None and b.process],
+            "kafka": self.broker.pids() if self.broker else [],
             "flink job": list(self.jvm_pids),
             "job client": [job.pid],  # PyFlink's driver; on a cluster, `flink run`
             **{name: [proc.pid] for name, proc in clients.items()},

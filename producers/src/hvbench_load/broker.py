@@ -341,6 +341,10 @@ class KafkaBroker:
     def pid(self) -> int | None:
         return self.process.pid if self.process and self.process.poll() is None else None
 
+    def pids(self) -> list[int]:
+        """The JVM started last, as KafkaCluster.pids lists its nodes'."""
+        return [self.process.pid] if self.process else []
+
     def stop(self, timeout: float = 20.0) -> None:
         """Controlled shutdown on SIGTERM; SIGKILL if it does not finish in time."""
         self._keeping.clear()
@@ -427,6 +431,9 @@ class KafkaCluster:
         return next(
             (f"node {b.quorum.node_id}: {b.failure}" for b in self.brokers if b.failure), None
         )
+
+    def pids(self) -> list[int]:
+        return [pid for broker in self.brokers for pid in broker.pids()]
 
     def start(self, timeout: float = 120.0) -> None:
         """Format every node, start them all (a controller waits for a majority of its
