@@ -5,10 +5,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-DATA_DIR  ?= data/pems
+DATA_DIR  ?= $(if $(filter bay,$(NETWORK)),data/pems-bay,data/pems)
 MODEL_DIR ?= artifacts/forecaster
 SEED      ?= 42
-DAYS      ?= 30
+DAYS      ?= $(if $(filter bay,$(NETWORK)),7,30)
 START     ?= 2024-03-01
 
 # make run's variables (TARGET, SCHED, BUDGET, RECORDS, ...) are the run request's, defined
@@ -137,12 +137,16 @@ $(FLINK_LIB)/.resolved: flink-job/connector/pom.xml | java
 		-DoutputDirectory=$(CURDIR)/$(FLINK_LIB)
 	@touch $@
 
-data: $(STAMP) ## generate PeMS-layout traffic data into DATA_DIR [DAYS START SEED]
-	$(PY) -m hvbench_job.generate --out $(DATA_DIR) --start $(START) --days $(DAYS) --seed $(SEED)
+data: $(STAMP) ## generate PeMS-layout traffic data into DATA_DIR [DAYS START SEED NETWORK]
+	$(PY) -m hvbench_job.generate --out $(DATA_DIR) --start $(START) --days $(DAYS) --seed $(SEED) \
+		--network $(or $(NETWORK),freeway)
 
+# The LSTM learns from the six freeway detectors' data (the study's); NETWORK=bay runs use it too.
+TRAIN_DATA = $(if $(filter bay,$(NETWORK)),data/pems,$(DATA_DIR))
 train: $(STAMP) ## train the LSTM and export it for serving into MODEL_DIR [EPOCHS SEED]
-	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
-	$(PY) -m hvbench_job.forecast.train --data $(DATA_DIR) --out $(MODEL_DIR) --seed $(SEED) $(if $(EPOCHS),--epochs $(EPOCHS))
+	@ls $(TRAIN_DATA)/*.txt.gz >/dev/null 2>&1 || \
+		$(MAKE) --no-print-directory data NETWORK=freeway DATA_DIR=$(TRAIN_DATA)
+	$(PY) -m hvbench_job.forecast.train --data $(TRAIN_DATA) --out $(MODEL_DIR) --seed $(SEED) $(if $(EPOCHS),--epochs $(EPOCHS))
 
 # TARGET=bare runs everything here; TARGET=kvm or xen runs in the guests of a provisioned
 # testbed (HOST= or INVENTORY=), with the harness here; unset, the inventory implies it.

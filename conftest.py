@@ -27,3 +27,11 @@ def small_model(small_data, tmp_path_factory):
         ["--data", str(data_dir), "--out", str(out), "--epochs", "1", "--baselines", "linear"]
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def bay_data(tmp_path_factory):
+    """One day of generated data for the 325 PEMS-BAY sensors."""
+    out = tmp_path_factory.mktemp("pems-bay")
+    summary = generate.generate(out, SMALL_START, 1, seed=7, network="bay")
+    return out, summary

@@ -41,6 +41,7 @@ def test_a_run_from_before_the_version_is_upgraded_when_read():
         "cap": None,
     }
     assert meta["requested"]["scale"] == "one" and meta["requested"]["taskmanagers"] is None
+    assert (meta["requested"]["network"], meta["requested"]["detectors"]) == ("freeway", 6)
 
 
 def test_a_run_from_before_the_version_loads_into_the_report(tmp_path):

@@ -413,3 +413,11 @@ def test_a_search_records_its_trials_and_the_sustainable_rate(tmp_path, fake):
     assert sorted((tmp_path / "results/search/logs").iterdir()) == logs
     assert index_file.stat().st_mtime_ns > stamp
     assert index_of(tmp_path, "search")["search"]["points"] == index["search"]["points"]
+
+
+def test_a_rate_is_spread_over_the_points_network(tmp_path):
+    doc = {"target": "bare", "points": [{"rate": 60}, {"rate": 650, "network": "bay"}]}
+    freeway, bay = campaign.load(write(tmp_path, "networks", doc)).points
+    assert freeway.send_ms() == 100.0 and freeway.rate_per_s() == 60
+    assert bay.send_ms() == 500.0 and bay.rate_per_s() == 650
+    assert bay.expected_send_s() == 62 * 0.5  # 20,000 records: 62 per sensor at most

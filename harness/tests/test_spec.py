@@ -87,3 +87,11 @@ def test_make_help_lists_the_targets_and_the_run_variables():
     ).stdout
     for name in ("make run ", "make test-testbed", "make sched", "RECORDS", "EXTRATIME"):
         assert name in out
+
+
+def test_the_tables_detector_counts_are_the_networks():
+    from hvbench_job import networks
+
+    assert {n: len(networks.network(n).detectors) for n in networks.NAMES} == spec.DETECTORS
+    assert spec.rate_per_s(100.0) == 60 and spec.rate_per_s(100.0, "bay") == 3250
+    assert spec.send_ms_for(3250, "bay") == 100.0

@@ -2,14 +2,16 @@ import json
 
 import numpy as np
 import pytest
-from hvbench_job import detectors
+from hvbench_job import detectors, networks
 from hvbench_job.records import RecordError, parse
 from hvbench_load.producers import (
     MALFORMED_KINDS,
     load_windows,
     malformed_record,
     per_detector_counts,
+    schedule,
     send_offset_ns,
+    sources_of,
 )
 
 
@@ -72,3 +74,44 @@ def test_windows_come_from_the_data_and_skip_missing_values(small_data):
             "sent_ns": 0,
         }
         parse(json.dumps(record))
+
+
+def test_freeway_sources_send_the_studys_records_without_a_destination(small_data):
+    net = networks.network("freeway")
+    sources = sources_of(net, load_windows(small_data[0]), 20, 600, partitions=6)
+    assert [s.log.detector for s in sources] == [d.key for d in net.detectors]
+    assert [s.offset_ns for s in sources] == [0, 100, 200, 300, 400, 500]
+    assert [s.partition for s in sources] == list(range(6))
+    assert [s.count for s in sources] == [4, 4, 3, 3, 3, 3]
+    record = json.loads(sources[0].record("r", 0, 5, 6))
+    assert "destination" not in record and parse(json.dumps(record)).detector == "el_segundo"
+
+
+def test_a_group_sends_its_detectors_records_in_the_order_they_fall_due(small_data):
+    net = networks.network("freeway")
+    sources = sources_of(net, load_windows(small_data[0]), 20, 600, partitions=4)
+    group = sources[1::3]  # detectors 1 and 4, as the producers deal them to three groups
+    order = [(seq, s.log.detector) for seq, s in schedule(group)]
+    w, g = "wilmington", "lynwood_gardens"  # four records and three
+    assert order == [(0, w), (0, g), (1, w), (1, g), (2, w), (2, g), (3, w)]
+    due = [s.offset_ns + send_offset_ns(seq, 600) for seq, s in schedule(group)]
+    assert due == sorted(due)
+    assert [s.partition for s in sources] == [0, 1, 2, 3, 0, 1]
+
+
+def test_bay_records_each_go_to_a_sensor_their_own_can_reach(bay_data):
+    net = networks.network("bay")
+    windows = load_windows(bay_data[0], "bay")
+    assert len(windows) == 325
+    sources = sources_of(net, windows, 650, 100_000_000, partitions=6)
+    assert sum(s.count for s in sources) == 650 and {s.count for s in sources} == {2}
+    for source in sources[:40]:
+        reach = set(net.reachable(source.log.detector))
+        for seq in range(3):
+            record = parse(source.record("r", seq, 1, 2), "bay")
+            assert record.destination in reach and record.detector == source.log.detector
+    # seeded by sensor: the same destinations in every run
+    first, again = (sources_of(net, windows, 650, 10**8, partitions=6)[300] for _ in range(2))
+    assert [first.record("r", i, 1, 2) for i in range(3)] == [
+        again.record("r", i, 1, 2) for i in range(3)
+    ]

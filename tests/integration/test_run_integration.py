@@ -172,6 +172,9 @@ def test_nothing_is_left_running(plain_run):
         (["--target", "kvm", "--scale", "cluster"], "SCALE=cluster runs on the bare target"),
         (["--taskmanagers", "2"], "TASKMANAGERS: for SCALE=cluster"),
         (["--scale", "cluster", "--taskmanagers", "7"], "TASKMANAGERS 1..6"),
+        (["--network", "bays"], "unknown NETWORK 'bays' (did you mean bay?)"),
+        (["--target", "kvm", "--network", "bay"], "NETWORK=bay runs on the bare target"),
+        (["--network", "bay"], "is for NETWORK=freeway, not bay (make data NETWORK=bay"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_starts(

@@ -40,6 +40,7 @@ SETTINGS = (
     "noise_cpus",  # bare: where the loads ran (job, apart or a CPU list), "" without loads
     "job_cpus",  # bare: the CPUs the job was held to, "" for all
     "scale",  # one broker and one Flink JVM (""), or e.g. "3 brokers, 2 TaskManagers"
+    "network",  # the six freeway detectors (""), or e.g. "bay" (325 sensors)
 )
 # How a run measured (requested records, warmup_s, ramp_s, cpu_latency; forced: a failed
 # required readiness check was overridden). Runs that differ in these are never pooled.
@@ -133,9 +134,10 @@ def tags_of(meta: dict) -> dict:
         "cap": requested.get("cap"),
         "weight": requested.get("weight"),
         "priority": requested.get("priority"),
-        "rate": rate_per_s(requested.get("producer_period_ms")),
+        "rate": rate_per_s(requested.get("producer_period_ms"), requested.get("detectors")),
         **noise_tags(requested),
         "scale": scale_tag(requested),
+        "network": "" if requested.get("network", "freeway") == "freeway" else requested["network"],
         "records": number_or_none(requested.get("records")),
         "warmup_s": number_or_none(requested.get("warmup_s")),
         "ramp_s": number_or_none(requested.get("ramp_s")),
@@ -198,14 +200,16 @@ def status_of(meta: dict) -> dict:
     }
 
 
-def rate_per_s(producer_period_ms) -> float | None:
-    """Records per second over all producers, from each producer's send period; None if the
-    period is absent or not a positive number."""
+def rate_per_s(producer_period_ms, detectors=None) -> float | None:
+    """Records per second over all detectors, from each one's send period (runs before
+    schema 7 name no detectors: the six of the freeway network); None if the period is absent
+    or not a positive number."""
     if isinstance(producer_period_ms, bool) or not isinstance(producer_period_ms, int | float):
         return None
     if not producer_period_ms > 0:
         return None
-    return PRODUCERS * 1000.0 / producer_period_ms
+    count = detectors if isinstance(detectors, int) and detectors > 0 else PRODUCERS
+    return count * 1000.0 / producer_period_ms
 
 
 def read_run(directory: Path, include_warmup: bool) -> tuple[dict, pd.DataFrame]:
@@ -494,6 +498,8 @@ def config_label(row) -> str:
     parts += noise_label(row)
     if scale := row.get("scale"):
         parts.append(f"on {scale}")
+    if network := row.get("network"):
+        parts.append(f"({network})")
     setup = row.get("setup")
     if isinstance(setup, str) and setup:
         parts.append(setup)

@@ -30,7 +30,9 @@ import pandas as pd
 # 6: the scale (`requested.scale`, `brokers`, `taskmanagers`; `flink_cluster`, the Kafka
 # cluster's nodes and topics in `kafka`) and each part's CPU time (`cpu_per_part`); older runs
 # ran one broker and one Flink JVM.
-SCHEMA_VERSION = 6
+# 7: the road network (`requested.network`, freeway or bay, and `requested.detectors`, how many
+# send); older runs used the six freeway detectors.
+SCHEMA_VERSION = 7
 META = "meta.json"
 SAMPLES = "samples.csv"
 DEAD_LETTERS = "dead_letters.jsonl"
@@ -39,6 +41,7 @@ BASELINE = "baseline.csv"  # BASELINE=1: every timer wake-up's latency (µs) of 
 LOGS = "logs"
 NOISE_KEYS = ("noise", "noise_cpus", "job_cpus")  # in `requested` from version 5
 SCALE_ONE = {"scale": "one", "brokers": None, "taskmanagers": None}  # `requested` before 6
+FREEWAY = {"network": "freeway", "detectors": 6}  # `requested` before 7
 SETTING_KEYS = ("budget_us", "period_us", "priority", "extratime", "weight", "cap")
 # Counts added in version 3: foreign records are other runs' (reported, never a problem);
 # contradictions and lost dead letters are problems.
@@ -133,6 +136,8 @@ def upgrade(meta: dict) -> dict:
         meta["requested"] = {**dict.fromkeys(NOISE_KEYS), **meta["requested"]}
     if version < 6 and isinstance(meta.get("requested"), dict):
         meta["requested"] = {**SCALE_ONE, **meta["requested"]}
+    if version < 7 and isinstance(meta.get("requested"), dict):
+        meta["requested"] = {**FREEWAY, **meta["requested"]}
     meta["schema"] = SCHEMA_VERSION
     return meta
 

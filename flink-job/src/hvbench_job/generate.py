@@ -1,7 +1,9 @@
 """Generate realistic traffic data in the exact PeMS station 5-minute layout.
 
-For the six detectors, one gzip file per day (named like PeMS's own
-`d07_text_station_5min_YYYY_MM_DD.txt.gz`). The model, per detector:
+For the detectors of a network (`hvbench_job.networks`: the six freeway detectors by default,
+or the 325 PEMS-BAY sensors), one gzip file per day (named like PeMS's own
+`d07_text_station_5min_YYYY_MM_DD.txt.gz`, with the network's district). The model, per
+detector:
 - demand as a share of capacity: weekday morning and evening peaks of detector-specific size,
   a midday plateau and a low night; weekends lower with one broad afternoon peak; a day-to-day
   factor and slowly varying noise;
@@ -26,28 +28,19 @@ from pathlib import Path
 
 import numpy as np
 
-from hvbench_job import detectors
+from hvbench_job import networks
 from hvbench_job.detectors import Detector
+from hvbench_job.networks import Network
 from hvbench_job.routing.traffic import greenshields_flow
 
 STEPS_PER_DAY = 288
-DISTRICT = 7
 STATION_LENGTH_MI = 0.5
 SAMPLES_PER_LANE = 10  # one sample per 30 s
 VEHICLE_LENGTH_FT = 22.0  # effective length seen by a loop detector
 MISSING_ROW_PROBABILITY = 0.003
 OUTAGES_PER_MONTH = 1.5
 INCIDENTS_PER_WEEK = 1.0
-
-# Peak sizes (share of capacity added at the peak): (morning, evening). Detectors differ.
-PEAKS = {
-    "el_segundo": (0.62, 0.50),
-    "wilmington": (0.42, 0.60),
-    "long_beach": (0.52, 0.62),
-    "athens": (0.60, 0.42),
-    "lynwood_gardens": (0.48, 0.60),
-    "east_rancho_dominguez": (0.50, 0.45),
-}
+SHOWN_STATIONS = 10  # printed at the end; generated.json lists them all
 
 
 @dataclass
@@ -63,12 +56,15 @@ def gaussian(x: np.ndarray, centre: float, width: float) -> np.ndarray:
     return np.exp(-0.5 * ((x - centre) / width) ** 2)
 
 
-def demand_share(d: Detector, start: date, days: int, rng: np.random.Generator) -> np.ndarray:
-    """Demand as a share of capacity for every 5-minute interval."""
+def demand_share(
+    d: Detector, peaks: tuple[float, float], start: date, days: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Demand as a share of capacity for every 5-minute interval; `peaks` is the share added
+    at the morning and at the evening peak."""
     t = np.arange(days * STEPS_PER_DAY)
     hour = (t % STEPS_PER_DAY) / 12.0
     weekday = np.array([(start + timedelta(days=int(i))).weekday() < 5 for i in t // STEPS_PER_DAY])
-    morning, evening = PEAKS[d.key]
+    morning, evening = peaks
     workday = (
         0.06
         + 0.55 * gaussian(hour, 13.0, 4.5)
@@ -89,9 +85,11 @@ def demand_share(d: Detector, start: date, days: int, rng: np.random.Generator) 
     return np.clip(share + noise, 0.02, None)
 
 
-def simulate(d: Detector, start: date, days: int, rng: np.random.Generator):
+def simulate(
+    d: Detector, peaks: tuple[float, float], start: date, days: int, rng: np.random.Generator
+):
     """Total flow (veh/5 min), average speed (mph) and a congestion flag per interval."""
-    demand = demand_share(d, start, days, rng)
+    demand = demand_share(d, peaks, start, days, rng)
     n = len(demand)
     capacity = d.capacity_per_5min
     incident = np.zeros(n, dtype=bool)
@@ -150,15 +148,18 @@ def _occupancy(flow_5min: float, speed_mph: float, lanes: int) -> float:
     return min(1.0, density_per_mile * VEHICLE_LENGTH_FT / 5280.0)
 
 
-def generate(out: Path | str, start: date, days: int, seed: int) -> Summary:
+def generate(
+    out: Path | str, start: date, days: int, seed: int, network: str = "freeway"
+) -> Summary:
+    net = networks.network(network)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     summary = Summary()
     n = days * STEPS_PER_DAY
     series = {}
-    for d in detectors.DETECTORS:
+    for d in net.detectors:
         rng = np.random.default_rng([seed, d.station])  # one stream per detector
-        flow, speed, congested = simulate(d, start, days, rng)
+        flow, speed, congested = simulate(d, net.peaks[d.key], start, days, rng)
         present = np.ones(n, dtype=bool)
         outages = []
         for _ in range(rng.poisson(OUTAGES_PER_MONTH * days / 30)):
@@ -176,28 +177,35 @@ def generate(out: Path | str, start: date, days: int, seed: int) -> Summary:
         summary.congested_share[d.station] = round(float(congested.mean()), 4)
     for day in range(days):
         when = start + timedelta(days=day)
-        path = out / f"d{DISTRICT:02d}_text_station_5min_{when:%Y_%m_%d}.txt.gz"
+        path = out / f"d{net.district:02d}_text_station_5min_{when:%Y_%m_%d}.txt.gz"
         lines = []
         for step in range(day * STEPS_PER_DAY, (day + 1) * STEPS_PER_DAY):
             stamp = _time(start, step).strftime("%m/%d/%Y %H:%M:%S")
-            for d in detectors.DETECTORS:
+            for d in net.detectors:
                 flow, speed, present, missing, rng = series[d.key]
                 if not present[step]:
                     continue
-                lines.append(",".join(_row(d, stamp, flow[step], speed[step], missing[step], rng)))
+                row = _row(net, d, stamp, flow[step], speed[step], missing[step], rng)
+                lines.append(",".join(row))
         # mtime=0 keeps the gzip bytes identical from run to run
         with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
             f.write(("\n".join(lines) + "\n").encode("ascii"))
         summary.files.append(path.name)
         summary.rows += len(lines)
+    # what was generated, for whoever reads the data (the harness checks the network)
+    described = {"seed": seed, "start": start.isoformat(), "days": days, "network": net.name}
+    record = json.dumps({**described, **summary.__dict__}, indent=1)
+    (out / "generated.json").write_text(record + "\n")
     return summary
 
 
-def _row(d: Detector, stamp: str, flow: float, speed: float, missing: bool, rng) -> list[str]:
+def _row(
+    net: Network, d: Detector, stamp: str, flow: float, speed: float, missing: bool, rng
+) -> list[str]:
     head = [
         stamp,
         str(d.station),
-        str(DISTRICT),
+        str(net.district),
         str(d.freeway),
         d.direction,
         "ML",
@@ -227,28 +235,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--start", default="2024-03-01", type=date.fromisoformat, help="first day")
     parser.add_argument("--days", default=30, type=int, help="number of days")
     parser.add_argument("--seed", default=42, type=int)
+    parser.add_argument("--network", default="freeway", choices=networks.NAMES)
     args = parser.parse_args(argv)
     if args.days < 1:
         parser.error("--days must be at least 1")
-    summary = generate(args.out, args.start, args.days, args.seed)
-    Path(args.out, "generated.json").write_text(
-        json.dumps(
-            {
-                "seed": args.seed,
-                "start": args.start.isoformat(),
-                "days": args.days,
-                **summary.__dict__,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    summary = generate(args.out, args.start, args.days, args.seed, args.network)
     print(f"wrote {len(summary.files)} files, {summary.rows} rows to {args.out}")
-    for station, share in summary.congested_share.items():
+    shares = list(summary.congested_share.items())
+    for station, share in shares[:SHOWN_STATIONS]:
         print(
             f"  station {station}: congested {share:.1%}, rows without data "
             f"{summary.missing_rows[station]}, outages {len(summary.outages[station])}"
         )
+    if len(shares) > SHOWN_STATIONS:
+        print(f"  ... and {len(shares) - SHOWN_STATIONS} more stations (generated.json)")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from pyflink.datastream.connectors.kafka import (
     KafkaSource,
 )
 
-from hvbench_job import detectors, jvm
+from hvbench_job import detectors, jvm, networks
 from hvbench_job.dead_letters import CONFIG as DEAD_LETTER_CONFIG
 from hvbench_job.dead_letters import DeadLetterWriter
 
@@ -147,7 +147,7 @@ class ForecastAndRoute(ProcessFunction):
     def __init__(
         self,
         model_dir: str,
-        route: tuple[str, str, str],
+        route: tuple[str, str, str, str],
         dead_letters: tuple[str, str],
         force_tsc: bool,
         calibration: dict | None = None,
@@ -207,10 +207,11 @@ def build(
     source: DataStream,
     model_dir: str,
     dead_letters: tuple[str, str],
-    route: tuple[str, str, str] = (
+    route: tuple[str, str, str, str] = (
         detectors.DEFAULT_ORIGIN,
         detectors.DEFAULT_DESTINATION,
         "distance",
+        "freeway",
     ),
     force_tsc: bool = False,
     calibration: dict | None = None,
@@ -218,7 +219,7 @@ def build(
 ) -> DataStream:
     """The job's logic on any stream of raw records: the outputs. Dead letters go to
     `dead_letters` (bootstrap, topic) from the operator; route is (origin, destination,
-    heuristic); with `calibration` (tsc_timer's) the job stamps on that clock; the JVM's
+    heuristic, network); with `calibration` (tsc_timer's) the job stamps on that clock; the JVM's
     background threads are recorded in the settings at `settings_path`."""
     return (
         source.process(
@@ -290,8 +291,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", default="output")
     p.add_argument("--dead-letter", default="dead-letter")
     p.add_argument("--group", default="hvbench-job")
-    p.add_argument("--origin", default=detectors.DEFAULT_ORIGIN)
-    p.add_argument("--destination", default=detectors.DEFAULT_DESTINATION)
+    p.add_argument("--network", default="freeway", choices=networks.NAMES)
+    p.add_argument("--origin", help="of a record without a destination; the network's default")
+    p.add_argument("--destination", help="of a record without one; the network's default")
     p.add_argument("--heuristic", default="distance", choices=("distance", "paper", "none"))
     p.add_argument("--checkpoint-interval-ms", type=int, default=10_000)
     p.add_argument("--parallelism", type=int, default=1, help="one task per TaskManager slot")
@@ -313,6 +315,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    net = networks.network(args.network)
+    args.origin, args.destination = args.origin or net.origin, args.destination or net.destination
     calibration = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     # the JVM PyFlink starts for the job takes these (read when the gateway starts, below)
     os.environ["JVM_ARGS"] = " ".join([os.environ.get("JVM_ARGS", ""), *jvm.JOB_OPTIONS]).strip()
@@ -328,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
         source,
         str(Path(args.model).resolve()),
         (args.bootstrap, args.dead_letter),
-        (args.origin, args.destination, args.heuristic),
+        (args.origin, args.destination, args.heuristic, args.network),
         args.force_tsc,
         calibration,
         args.settings_out,
@@ -343,6 +347,7 @@ def main(argv: list[str] | None = None) -> None:
             "sink_delivery_guarantee": "AT_LEAST_ONCE",
             "dead_letters": {"writer": "the operator's own client", "config": DEAD_LETTER_CONFIG},
             "topics": {"input": args.input, "output": args.output, "dead_letter": args.dead_letter},
+            "network": args.network,
             "route": {"origin": args.origin, "destination": args.destination},
             "heuristic": args.heuristic,
             "force_tsc": args.force_tsc,

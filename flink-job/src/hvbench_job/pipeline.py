@@ -4,8 +4,10 @@ The Flink operator (`hvbench_job.job`) only wires this into a stream; keeping it
 tested and benchmarked without Flink.
 
 The router keeps, per detector, the latest measured speed and flow forecast; each record
-updates its detector and then routes over the whole network with what is known. Detectors
-not heard from yet count as free-flowing.
+updates its detector and then routes over the whole network with what is known: from the
+network's origin to its destination, or, for a record that names a destination (city-scale
+loads), from the record's own detector to that one. Detectors not heard from yet count as
+free-flowing. A record whose destination cannot be reached is dead-lettered with the reason.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tsc_timer
-from hvbench_job import detectors
+from hvbench_job import networks
 from hvbench_job.forecast.serving import Forecaster
 from hvbench_job.records import InputRecord, RecordError, dead_letter, parse
+from hvbench_job.routing.astar import NoRoute
 from hvbench_job.routing.router import Router
 
 
@@ -33,9 +36,10 @@ class Pipeline:
     def __init__(
         self,
         model_dir: Path | str,
-        origin: str = detectors.DEFAULT_ORIGIN,
-        destination: str = detectors.DEFAULT_DESTINATION,
+        origin: str | None = None,
+        destination: str | None = None,
         heuristic: str = "distance",
+        network: str = "freeway",
         force_tsc: bool = False,
         calibration: dict | None = None,
     ) -> None:
@@ -46,28 +50,40 @@ class Pipeline:
         elif tsc_timer.calibration() is None:
             tsc_timer.calibrate(force=force_tsc)
         self.forecaster = Forecaster(model_dir)
-        self.router = Router.for_detectors(heuristic)
-        for key in (origin, destination):
+        net = networks.network(network)
+        self.network = net.name
+        self.router = Router.for_network(net, heuristic)
+        self.origin, self.destination = origin or net.origin, destination or net.destination
+        for key in (self.origin, self.destination):
             self.router.graph.node(key)  # refuses an unknown detector now, not per record
-        self.origin, self.destination = origin, destination
         self.processed = 0
         self.refused = 0
 
     def process(self, raw: str | bytes) -> Outcome:
         start = tsc_timer.now_ns()
         try:
-            record = parse(raw)
+            record = parse(raw, self.network)
             predicted = self.forecaster.predict(record.flows)
-        except (RecordError, ValueError) as e:
+            predicted_at = tsc_timer.now_ns()
+            expected_speed = self.router.observe(record.detector, record.speed_mph, predicted)
+            route = self._route(record)
+        except (RecordError, ValueError, NoRoute) as e:
             self.refused += 1
             return Outcome(dead_letter=dead_letter(raw, str(e), getattr(e, "key", None)))
-        predicted_at = tsc_timer.now_ns()
-        expected_speed = self.router.observe(record.detector, record.speed_mph, predicted)
-        route = self.router.route(self.origin, self.destination)
         done = tsc_timer.now_ns()
         self.processed += 1
         output = self._output(record, predicted, expected_speed, route, start, predicted_at, done)
         return Outcome(output=output)
+
+    def _route(self, record: InputRecord):
+        if record.destination is None:
+            return self.router.route(self.origin, self.destination)
+        try:
+            return self.router.route(record.detector, record.destination)
+        except NoRoute as e:
+            e.key = {"run": record.run, "detector": record.detector, "seq": record.seq,
+                     "sent_ns": record.sent_ns}  # fmt: skip
+            raise
 
     def _output(
         self,

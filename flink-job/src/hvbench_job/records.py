@@ -8,6 +8,9 @@ a dead letter for a sent record only if all four match, with their JSON types.
 `flows` are the detector's last 12 five-minute flows (vehicles per 5 minutes, oldest first);
 `intended_ns` is when the open-loop schedule wanted the record sent and `sent_ns` when it was,
 both TSC nanoseconds of the producers' machine: the job copies them through untouched.
+`detector` is one of the run's network (hvbench_job.networks). An optional `"destination"`,
+another detector of that network, is where the record's route goes (city-scale loads give one
+per record); without it the route is the network's default one.
 
 Output (job → output topic): the input fields plus the forecast, the route and the job's own
 stage durations (TSC ns deltas taken inside the job; never subtracted from producer stamps).
@@ -25,7 +28,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from hvbench_job import detectors
+from hvbench_job import networks
 from hvbench_job.forecast import LOOKBACK
 
 REQUIRED = ("run", "detector", "seq", "speed_mph", "flows", "intended_ns", "sent_ns")
@@ -54,20 +57,21 @@ class InputRecord:
     flows: tuple[float, ...]
     intended_ns: int
     sent_ns: int
+    destination: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "run": self.run,
-                "detector": self.detector,
-                "seq": self.seq,
-                "speed_mph": self.speed_mph,
-                "flows": list(self.flows),
-                "intended_ns": self.intended_ns,
-                "sent_ns": self.sent_ns,
-            },
-            separators=(",", ":"),
-        )
+        fields = {
+            "run": self.run,
+            "detector": self.detector,
+            "seq": self.seq,
+            "speed_mph": self.speed_mph,
+            "flows": list(self.flows),
+            "intended_ns": self.intended_ns,
+            "sent_ns": self.sent_ns,
+        }
+        if self.destination is not None:
+            fields["destination"] = self.destination
+        return json.dumps(fields, separators=(",", ":"))
 
 
 def shown(value: object) -> str:
@@ -100,9 +104,9 @@ def _number(value: object, what: str) -> float:
     return value
 
 
-def parse(raw: str | bytes) -> InputRecord:
-    """Validate one input record; raises RecordError with the reason (and the record's
-    identity in `key` when it is a JSON object)."""
+def parse(raw: str | bytes, network: str = "freeway") -> InputRecord:
+    """Validate one input record of `network`; raises RecordError with the reason (and the
+    record's identity in `key` when it is a JSON object)."""
     try:
         # NaN and Infinity are not JSON; Python's parser accepts them, so refuse them here
         obj = json.loads(raw, parse_constant=_refuse_constant)
@@ -113,21 +117,24 @@ def parse(raw: str | bytes) -> InputRecord:
     if not isinstance(obj, dict):
         raise RecordError(f"not a JSON object but {type(obj).__name__}")
     try:
-        return _validate(obj)
+        return _validate(obj, networks.network(network).by_key)
     except RecordError as e:
         e.key = identity(obj)
         raise
 
 
-def _validate(obj: dict) -> InputRecord:
+def _validate(obj: dict, known: dict) -> InputRecord:
     missing = [name for name in REQUIRED if name not in obj]
     if missing:
         raise RecordError(f"missing field(s): {', '.join(missing)}")
     if not isinstance(obj["run"], str):
         raise RecordError(f"field 'run' must be a string, got {shown(obj['run'])}")
     detector = obj["detector"]
-    if not isinstance(detector, str) or detector not in detectors.BY_KEY:
+    if not isinstance(detector, str) or detector not in known:
         raise RecordError(f"unknown detector {shown(detector)}")
+    destination = obj.get("destination")
+    if destination is not None and (not isinstance(destination, str) or destination not in known):
+        raise RecordError(f"unknown destination {shown(destination)}")
     flows = obj["flows"]
     if not isinstance(flows, list):
         raise RecordError(f"field 'flows' must be a list, got {type(flows).__name__}")
@@ -147,6 +154,7 @@ def _validate(obj: dict) -> InputRecord:
         flows=values,
         intended_ns=_integer(obj, "intended_ns"),
         sent_ns=_integer(obj, "sent_ns"),
+        destination=destination,
     )
 
 

@@ -25,7 +25,6 @@ from hvbench_analysis.load import load_runs
 from hvbench_harness import rerun, spec
 from hvbench_harness import run as harness
 
-PRODUCERS = spec.PRODUCERS
 # What the confirming run takes from the advice rather than from the model's runs.
 ADVISED = ("sched", "budget", "cap", "weight", "period", "extratime", "noise", "send_ms")
 
@@ -68,7 +67,8 @@ def confirming_values(meta: dict, found: advisor.Advice) -> dict:
     for name in ("period", "extratime", "weight", "cap"):
         if name != found.knob and found.setting.get(name) is not None:
             values[name] = int(found.setting[name])
-    values["send_ms"] = round(1000 * PRODUCERS / float(found.setting["rate"]), 6)
+    network = values.get("network")
+    values["send_ms"] = round(spec.send_ms_for(float(found.setting["rate"]), network), 6)
     if found.setting.get("noise"):
         values["noise"] = found.setting["noise"]
     return values

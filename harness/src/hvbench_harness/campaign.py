@@ -45,7 +45,6 @@ from hvbench_harness import run as harness
 from hvbench_harness import spec
 from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target
 
-PRODUCERS = spec.PRODUCERS
 ORDERS = ("sequential", "shuffled")
 SEARCH_METHODS = ("linear", "binary")
 TOP_KEYS = {"description", "target", "repetitions", "order", "seed", "settings", "grid"}
@@ -54,7 +53,7 @@ SEARCH_KEYS = {"slo_p99_ms", "rates_per_s", "method", "duration_s"}
 MODEL_SEARCH_KEYS = {"method", "slo", "knob", "values", "max_runs", "stable"}
 KNOBS = ("budget", "cap", "weight")
 # Campaign settings: the run request's fields (spec.FIELDS) but the target, which the file
-# names once, and rate (records/s over the six producers) instead of send_ms.
+# names once, and rate (records/s over the network's detectors) instead of send_ms.
 SETTING_KEYS = set(spec.CAMPAIGN_KEYS)
 # Short names for point ids: p03-rtds-b77500-e0
 SHORT = {"budget": "b", "period": "p", "extratime": "e", "weight": "w", "cap": "c"}
@@ -77,19 +76,22 @@ class Point:
     def send_ms(self) -> float:
         return float(self.settings.get("send_ms", 100.0))
 
+    def detectors(self) -> int:
+        return spec.DETECTORS[self.settings.get("network") or "freeway"]
+
     def rate_per_s(self) -> float:
-        return PRODUCERS * 1000.0 / self.send_ms()
+        return spec.rate_per_s(self.send_ms(), self.settings.get("network"))
 
     def expected_send_s(self) -> float:
-        return math.ceil(int(self.settings.get("records", 20_000)) / PRODUCERS) * (
+        return math.ceil(int(self.settings.get("records", 20_000)) / self.detectors()) * (
             self.send_ms() / 1000
         )
 
     def with_rate(self, rate_per_s: float, duration_s: float) -> Point:
         """The point at an input rate (a search trial): records = rate × duration."""
         settings = dict(self.settings)
-        settings["send_ms"] = PRODUCERS * 1000.0 / rate_per_s
-        settings["records"] = max(PRODUCERS, round(rate_per_s * duration_s))
+        settings["send_ms"] = spec.send_ms_for(rate_per_s, settings.get("network"))
+        settings["records"] = max(self.detectors(), round(rate_per_s * duration_s))
         return Point(f"{self.id}-rate{rate_per_s:g}", settings)
 
     def at(self, knob: str, value: float) -> Point:
@@ -254,7 +256,10 @@ def _points(definition: dict, search, errors: list[str]) -> list[Point]:
             if isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0:
                 errors.append(f"point {i}: rate must be a positive number, not {rate!r}")
                 continue
-            settings["send_ms"] = PRODUCERS * 1000.0 / rate
+            if settings.get("network", "freeway") not in spec.DETECTORS:
+                errors.append(f"point {i}: unknown network {settings['network']!r}")
+                continue
+            settings["send_ms"] = spec.send_ms_for(rate, settings.get("network"))
         if isinstance(search, ModelSearch) and search.knob in settings:
             errors.append(f"point {i}: the model search sets {search.knob} itself; remove it")
         if isinstance(search, Search) and ({"send_ms", "records"} & set(settings)):

@@ -113,6 +113,7 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
         raise RunError("REP (the repetition number) must be ≥ 1")
     neighbours.check_request(args)
     check_scale(args)
+    check_network(args)
     setting = validate(
         BACKEND_OF_TARGET[args.target],
         args.sched,
@@ -160,6 +161,27 @@ def check_scale(args: argparse.Namespace) -> None:
             )
 
 
+def check_network(args: argparse.Namespace) -> None:
+    """NETWORK is known; bay runs on the bare target (a testbed's bundle carries the freeway
+    data only)."""
+    if args.network not in spec.DETECTORS:
+        raise RunError(
+            f"unknown NETWORK {args.network!r}{spec.suggest(args.network, spec.DETECTORS)}; "
+            f"valid: {', '.join(spec.DETECTORS)}"
+        )
+    if args.network != "freeway" and args.target != "bare":
+        raise RunError(f"NETWORK={args.network} runs on the bare target for now")
+
+
+def data_network(data: Path) -> str | None:
+    """The network `make data` generated `data` for (its generated.json); None for data
+    that says nothing (real PeMS files)."""
+    try:
+        return json.loads((data / "generated.json").read_text()).get("network", "freeway")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def check_settings(args: argparse.Namespace) -> tuple[Setting, tuning.CpuLatency | None]:
     """Refuse bad settings before anything is started or touched (the scheduler's own check
     comes once the run has its id, see run())."""
@@ -169,6 +191,12 @@ def check_settings(args: argparse.Namespace) -> tuple[Setting, tuning.CpuLatency
     for what, path in (("model", Path(args.model) / "manifest.json"), ("data", Path(args.data))):
         if not path.exists():
             raise RunError(f"no {what} at {path} (make train / make data create it)")
+    generated_for = data_network(Path(args.data))
+    if generated_for not in (None, args.network):
+        raise RunError(
+            f"the data at {args.data} is for NETWORK={generated_for}, not {args.network} "
+            f"(make data NETWORK={args.network} DATA_DIR=... makes it)"
+        )
     args.noise_cpu_list = neighbours.bare_noise_cpus(args.noise_cpus, args.job_cpus)
     cpu_latency = tuning.CpuLatency(tuning.parse_cpu_latency(args.cpu_latency))
     cpu_latency.check()
@@ -226,8 +254,8 @@ def measure(
     record and drain; meta_doc gets what each step found."""
     run_id = meta_doc["run_id"]
     log(
-        f"run {run_id}: {args.records} records from 6 producers every "
-        f"{args.send_ms:g} ms, SCHED={setting.sched}"
+        f"run {run_id}: {args.records} records from {spec.DETECTORS[args.network]} detectors "
+        f"({args.network}) every {args.send_ms:g} ms, SCHED={setting.sched}"
     )
     calibration, meta_doc["cpu_latency"] = target.calibrate(parts)
     meta_doc["clock"] = {"tsc": calibration.as_dict()}
@@ -289,6 +317,7 @@ def begin_meta(args: argparse.Namespace, run_id: str, setting: Setting, target: 
             # its fields are named as meta.json names them
             **asdict(setting),
             "producers": spec.PRODUCERS,
+            "detectors": spec.DETECTORS[args.network],
             "rep": args.rep,
             "campaign": args.campaign,
         },
@@ -322,6 +351,7 @@ def start_job(target: Target, parts: Parts, bootstrap: str) -> subprocess.Popen:
         paths.connector_dir,
         "--settings-out",
         f"{paths.work}/job-settings.json",
+        *("--network", target.args.network),
         *(["--force-tsc"] if target.args.force_tsc else []),
         # on the machine that stamps send and receipt, the job stamps on the same clock
         *(["--calibration", f"{paths.work}/calibration.json"] if target.job_shares_clock else []),
@@ -378,7 +408,7 @@ def start_consumer(target: Target, parts: Parts, bootstrap: str, expect: int, wa
         machine.module(
             "hvbench_load.consumer",
             *("--bootstrap", bootstrap, "--calibration", f"{work}/calibration.json"),
-            *("--run-id", run_id, "--expect", str(expect)),
+            *("--run-id", run_id, "--expect", str(expect), "--network", target.args.network),
             *("--out", f"{work}/received.csv", "--dead-letters", f"{work}/dead_letters.jsonl"),
         ),
         stdout=subprocess.PIPE,
@@ -412,15 +442,15 @@ def start_producers(
             *("--bootstrap", bootstrap, "--data", target.paths.data),
             *("--calibration", f"{work}/calibration.json", "--run-id", run_id),
             *("--records", str(args.records), "--period-ms", str(args.send_ms)),
+            *("--network", args.network),
             *("--ramp-s", str(args.ramp), "--malformed", str(args.malformed)),
             *("--out", f"{work}/sent.csv", "--malformed-out", f"{work}/malformed.jsonl"),
         ),
         stdout=open(parts.work / "producers.out", "wb"),  # noqa: SIM115 — the child's
         stderr=subprocess.STDOUT,
     )
-    last = send_offset_ns(
-        -(-args.records // 6) - 1, round(args.send_ms * 1e6), round(args.ramp * 1e9)
-    )
+    per_detector = -(-args.records // spec.DETECTORS[args.network])
+    last = send_offset_ns(per_detector - 1, round(args.send_ms * 1e6), round(args.ramp * 1e9))
     log(f"producers started: about {last / 1e9 + args.send_ms / 1000:.0f} s of sending")
     return producers
 

@@ -20,7 +20,10 @@ import re
 import sys
 from dataclasses import dataclass
 
-PRODUCERS = 6
+PRODUCERS = 6  # producer groups (Kafka clients); the freeway network's six detectors
+# Each network's detectors (hvbench_job.networks; a unit test keeps the two equal): one
+# record per detector every send period, so the rate is DETECTORS × 1000 / send_ms.
+DETECTORS = {"freeway": 6, "bay": 325}
 
 
 class SpecError(ValueError):
@@ -53,8 +56,12 @@ FIELDS = (
     Field("extratime", int, None, "--extratime", "SCHED=rtds (xen): 0 (default) or 1", "extratime"),
     Field("weight", int, None, "--weight", "SCHED=credit|credit2 (xen): 1..65535, 256", "weight"),
     Field("cap", int, None, "--cap", "SCHED=credit|credit2 (xen): % of one CPU, 0 = none", "cap"),
-    Field("records", int, 20_000, "--records", "records in all, over the six producers", "records"),
-    Field("send_ms", float, 100.0, "--period-ms", "each producer's send period (ms)",
+    Field("network", str, "freeway", "--network",
+          "the road network: freeway (the study's six detectors) or bay (the 325 PEMS-BAY "
+          "sensors, each record routed to a destination of its own; bare; docs/cluster.md)",
+          "network"),
+    Field("records", int, 20_000, "--records", "records in all, over the detectors", "records"),
+    Field("send_ms", float, 100.0, "--period-ms", "each detector's send period (ms)",
           "producer_period_ms"),
     Field("warmup", float, 10.0, "--warmup-s", "seconds left out of the statistics", "warmup_s"),
     Field("ramp", float, 0.0, "--ramp-s", "seconds to rise to the full rate, within WARMUP",
@@ -109,7 +116,9 @@ INPUTS = (
           "a one-off testbed host, user@host (make provision HOST=... TARGET=... first)"),
     Field("run_id", str, None, "--run-id", "the run's name; default: time, target and setting"),
     Field("results", str, "results", "--results", "where results/<run-id>/ goes"),
-    Field("data", str, "data/pems", "--data", "the traffic data (bare)", make_name="DATA_DIR"),
+    Field("data", str, "data/pems", "--data",
+          "the traffic data (bare); make's default is data/pems-bay for NETWORK=bay",
+          make_name="DATA_DIR"),
     Field("model", str, "artifacts/forecaster", "--model", "the trained model (bare)",
           make_name="MODEL_DIR"),
 )  # fmt: skip
@@ -127,6 +136,16 @@ RunSpec = dataclasses.make_dataclass(
     [(f.name, f.kind | None, dataclasses.field(default=f.default)) for f in FIELDS],
     frozen=True,
 )
+
+
+def rate_per_s(send_ms: float, network: str | None = "freeway") -> float:
+    """Records/s over all the network's detectors at one record per `send_ms` each."""
+    return DETECTORS[network or "freeway"] * 1000.0 / send_ms
+
+
+def send_ms_for(rate: float, network: str | None = "freeway") -> float:
+    """The send period that gives `rate` records/s over the network's detectors."""
+    return DETECTORS[network or "freeway"] * 1000.0 / rate
 
 
 def suggest(name: str, valid) -> str:

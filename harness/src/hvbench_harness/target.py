@@ -25,7 +25,7 @@ from hvbench_analysis.results import BASELINE
 from hvbench_load.broker import KafkaBroker, KafkaCluster
 
 import tsc_timer
-from hvbench_harness import readiness
+from hvbench_harness import readiness, spec
 from hvbench_harness.cluster import LocalCluster
 from hvbench_harness.hosttrace import HostTrace
 from hvbench_harness.neighbours import LocalNoise, TestbedNoise, assign
@@ -430,7 +430,8 @@ class TestbedTarget:
         if not self.testbed.neighbours:
             return None
         args = self.args
-        longest_s = -(-args.records // 6) * args.send_ms / 1000 + args.warmup + args.drain
+        per_detector = -(-args.records // spec.DETECTORS[args.network])
+        longest_s = per_detector * args.send_ms / 1000 + args.warmup + args.drain
         self.noise = TestbedNoise(
             self.testbed, neighbours.parse(args.noise), Path(self.work).name, longest_s, args
         )

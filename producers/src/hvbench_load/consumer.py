@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError
-from hvbench_job import detectors
+from hvbench_job import networks
 
 import tsc_timer
 from hvbench_load.producers import per_detector_counts
@@ -80,7 +80,13 @@ def own_key(value: bytes, run_id: str) -> tuple[str, int] | None:
 
 class Receiver:
     def __init__(
-        self, bootstrap: str, topics: list[str], group: str, run_id: str, expect: int
+        self,
+        bootstrap: str,
+        topics: list[str],
+        group: str,
+        run_id: str,
+        expect: int,
+        network: str = "freeway",
     ) -> None:
         self.consumer = Consumer(
             {"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER_CONFIG}
@@ -98,7 +104,8 @@ class Receiver:
         self.results: list[tuple] = []  # (received_ns, raw bytes), parsed at the end
         self.dead_letters: list[tuple[int, bytes]] = []
         self.distinct: set[tuple[str, int]] = set()  # of the keys the producers will send
-        self.due = per_detector_counts(expect, [d.key for d in detectors.DETECTORS])
+        keys = [d.key for d in networks.network(network).detectors]
+        self.due = per_detector_counts(expect, keys)
         self.foreign = 0
         self.foreign_examples: list[str] = []
         self.errors: list[str] = []
@@ -182,6 +189,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--calibration", required=True)
     p.add_argument("--run-id", required=True, help="results of other runs are foreign")
     p.add_argument("--expect", type=int, required=True, help="distinct results to wait for")
+    p.add_argument("--network", default="freeway", choices=networks.NAMES)
     p.add_argument("--out", required=True, help="CSV of every result received")
     p.add_argument("--dead-letters", required=True, help="JSON lines of every dead letter")
     p.add_argument("--summary", help="JSON: foreign results (default: next to --out)")
@@ -200,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     topics = [args.output_topic, args.dead_letter_topic]
-    receiver = Receiver(args.bootstrap, topics, args.group, args.run_id, args.expect)
+    receiver = Receiver(args.bootstrap, topics, args.group, args.run_id, args.expect, args.network)
     print("consumer: subscribed", flush=True)
     # The loop makes no reference cycles; a full collection over the results kept so far would
     # only delay a receipt stamp.

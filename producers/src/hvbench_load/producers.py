@@ -1,20 +1,26 @@
-"""Six open-loop producers, one per detector, each sending one record every `period`.
+"""Open-loop producers: every detector of the network sends one record every `period`.
 
 Open loop: record i of a detector is due at start + offset + i × period, whatever happened to
 earlier records; a late send is sent at once, never skipped, and both the intended and the
 actual send time (TSC ns) travel in the record, so queueing behind a stall shows up in the
-latency from the intended time (no coordinated omission). The six schedules are staggered by
-period/6 so the job sees evenly spaced records.
+latency from the intended time (no coordinated omission). The detectors' schedules are
+staggered by period/n so the job sees evenly spaced records.
+
+The detectors are dealt to `--producers` groups (detector j to group j mod G); each group is
+one Kafka client on its own thread, sending its detectors' records in the order they fall
+due. The six freeway detectors default to six groups of one, as the reference study ran them;
+the 325 PEMS-BAY sensors (`--network bay`) to six groups of 54 or 55, each record with a
+destination drawn from the sensors its own can reach (seeded by sensor: the same in every
+run).
 
 With a ramp (--ramp-s R) each producer's rate rises linearly from a tenth of the full rate to
 the full rate over the first R seconds, then holds: at high rates this lets the JVMs' JIT
 compilers warm up before the full load arrives instead of building a backlog that outlasts
 the warm-up. The ramp belongs inside the warm-up; `send_offset_ns` is the schedule.
 
-Each producer is its own Kafka client on its own thread. Records are the detector's real
-windows (12 five-minute flows and the latest speed) taken in order from the data, skipping
-windows that touch a missing value. Every record carries the run's id and the producer's own
-sequence number, which name it exactly.
+Records are the detector's real windows (12 five-minute flows and the latest speed) taken in
+order from the data, skipping windows that touch a missing value. Every record carries the
+run's id and its detector's own sequence number, which name it exactly.
 
 SIGTERM or Ctrl-C stops the sending; what was sent is written all the same (sent.csv, and the
 injected malformed records' exact texts in --malformed-out), so a stopped run keeps its log.
@@ -34,13 +40,15 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from confluent_kafka import Producer
-from hvbench_job import detectors, pems
+from hvbench_job import networks, pems
 from hvbench_job.forecast import LOOKBACK
+from hvbench_job.networks import Network
 
 import tsc_timer
 
@@ -76,10 +84,11 @@ class Windows:
         return self.flows[j].tolist(), float(self.speed[j])
 
 
-def load_windows(data_dir: Path | str) -> dict[str, Windows]:
-    data = pems.load(data_dir, [d.station for d in detectors.DETECTORS])
+def load_windows(data_dir: Path | str, network: str = "freeway") -> dict[str, Windows]:
+    net = networks.network(network)
+    data = pems.load(data_dir, [d.station for d in net.detectors])
     windows = {}
-    for d in detectors.DETECTORS:
+    for d in net.detectors:
         if d.station not in data.reports:
             raise SystemExit(f"no data for detector {d.key} (station {d.station}) in {data_dir}")
         flow = data.series(d.station, "total_flow").to_numpy(dtype=float)
@@ -113,7 +122,7 @@ def malformed_record(run_id: str, i: int) -> str:
     base = {
         "marker": marker,  # the harness knows them by their exact text, not by their key
         "run": run_id,
-        "detector": detectors.DETECTORS[0].key,
+        "detector": networks.network("freeway").detectors[0].key,
         "seq": 0,
         "speed_mph": 60.0,
         "flows": [100.0] * LOOKBACK,
@@ -160,25 +169,59 @@ def send_offset_ns(i: int, period_ns: int, ramp_ns: int = 0) -> int:
     return round((-f + math.sqrt(f * f + 4 * a * i * period_ns)) / (2 * a))
 
 
+@dataclass
+class Source:
+    """One detector within a producer group: its windows, how many records it sends, its
+    place in the schedule, its partition, its log, and where its routes may go (None: the
+    network's default route, no destination in the record)."""
+
+    windows: Windows
+    count: int
+    offset_ns: int
+    partition: int
+    log: SentLog
+    destinations: list[str] | None = None
+    rng: np.random.Generator | None = None
+
+    def record(self, run_id: str, seq: int, intended: int, sent: int) -> str:
+        flows, speed = self.windows.record(seq)
+        text = (
+            f'{{"run":{json.dumps(run_id)},"detector":"{self.windows.detector}","seq":{seq},'
+            f'"speed_mph":{speed!r},'
+            f'"flows":{json.dumps(flows)},"intended_ns":{intended},"sent_ns":{sent}'
+        )
+        if self.destinations is not None:
+            destination = self.destinations[int(self.rng.integers(len(self.destinations)))]
+            text += f',"destination":"{destination}"'
+        return text + "}"
+
+
+def schedule(sources: list[Source]) -> Iterator[tuple[int, Source]]:
+    """(seq, source) in the order the records fall due: by seq, then by offset. Offsets lie
+    within one period and the ramp never shortens a gap below it, so this is time order."""
+    ordered = sorted(sources, key=lambda s: s.offset_ns)
+    most = max((s.count for s in sources), default=0)
+    for seq in range(most):
+        for s in ordered:
+            if seq < s.count:
+                yield seq, s
+
+
 def run_producer(
     bootstrap: str,
     topic: str,
     run_id: str,
-    windows: Windows,
-    count: int,
+    sources: list[Source],
     start_ns: int,
     period_ns: int,
-    log: SentLog,
     stop: threading.Event,
     ramp_ns: int = 0,
-    partition: int = 0,
+    client_id: str = "producer",
 ) -> None:
-    """One detector's records, to its own partition of the topic (keyed by detector)."""
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "client.id": windows.detector, **PRODUCER_CONFIG}
-    )
+    """One group's records, each detector's to its own partition of the topic."""
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, **PRODUCER_CONFIG})
 
-    def delivered(index: int):
+    def delivered(log: SentLog, index: int):
         def report(err, _msg) -> None:
             log.delivered[index] = err is None
             if err is not None:
@@ -186,31 +229,51 @@ def run_producer(
 
         return report
 
-    for seq in range(count):
+    for seq, source in schedule(sources):
         if stop.is_set():
             break
-        intended = start_ns + send_offset_ns(seq, period_ns, ramp_ns)
+        intended = start_ns + source.offset_ns + send_offset_ns(seq, period_ns, ramp_ns)
         wait = intended - tsc_timer.now_ns()
         if wait > 0:
             time.sleep(wait / 1e9)
-        flows, speed = windows.record(seq)
         sent = tsc_timer.now_ns()
-        value = (
-            f'{{"run":{json.dumps(run_id)},"detector":"{windows.detector}","seq":{seq},'
-            f'"speed_mph":{speed!r},'
-            f'"flows":{json.dumps(flows)},"intended_ns":{intended},"sent_ns":{sent}}}'
-        )
+        value = source.record(run_id, seq, intended, sent)
+        log = source.log
         log.seq.append(seq)
         log.intended_ns.append(intended)
         log.sent_ns.append(sent)
         log.delivered.append(False)
         producer.produce(
-            topic, value.encode(), partition=partition, callback=delivered(len(log.seq) - 1)
+            topic,
+            value.encode(),
+            partition=source.partition,
+            callback=delivered(log, len(log.seq) - 1),
         )
         producer.poll(0)  # serve delivery reports without waiting
     remaining = flush(producer, stop)
     if remaining:
-        log.errors.append(f"{remaining} records still undelivered at the end")
+        sources[0].log.errors.append(f"{remaining} records of the group still undelivered")
+
+
+def sources_of(
+    net: Network, windows: dict[str, Windows], records: int, period_ns: int, partitions: int
+) -> list[Source]:
+    """Every detector's Source: its share of the records, its offset in the staggered
+    schedule, its partition (detector j to partition j mod partitions: keyed by detector)."""
+    keys = [d.key for d in net.detectors]
+    counts = per_detector_counts(records, keys)
+    return [
+        Source(
+            windows[k],
+            counts[k],
+            j * period_ns // len(keys),
+            j % partitions,
+            SentLog(k),
+            net.reachable(k) if net.record_destinations else None,
+            np.random.default_rng([net.by_key[k].station]) if net.record_destinations else None,
+        )
+        for j, k in enumerate(keys)
+    ]
 
 
 def flush(producer: Producer, stop: threading.Event) -> int:
@@ -270,6 +333,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data", required=True, help="PeMS station 5-minute files")
     p.add_argument("--calibration", required=True, help="TSC calibration JSON of this run")
     p.add_argument("--run-id", required=True, help="carried in every record")
+    p.add_argument("--network", default="freeway", choices=networks.NAMES)
+    p.add_argument("--producers", type=int, help="groups, one client each; default 6")
     p.add_argument("--records", type=int, default=20_000, help="in total, over all detectors")
     p.add_argument("--period-ms", type=float, default=100.0, help="per detector")
     p.add_argument("--ramp-s", type=float, default=0.0, help="rise to the full rate over this")
@@ -283,9 +348,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tsc_timer.adopt(json.loads(Path(args.calibration).read_text()))
-    windows = load_windows(args.data)
-    keys = [d.key for d in detectors.DETECTORS]
-    counts = per_detector_counts(args.records, keys)
+    net = networks.network(args.network)
+    groups = args.producers or min(6, len(net.detectors))
+    if not 1 <= groups <= len(net.detectors):
+        raise SystemExit(f"--producers must be 1..{len(net.detectors)} (got {groups})")
+    windows = load_windows(args.data, args.network)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if args.malformed:
@@ -293,30 +360,28 @@ def main(argv: list[str] | None = None) -> int:
         send_malformed(args.bootstrap, args.topic, args.run_id, args.malformed, out)
     period_ns = round(args.period_ms * 1e6)
     start = tsc_timer.now_ns() + round(args.start_delay_ms * 1e6)
-    logs = [SentLog(k) for k in keys]
     partitions = topic_partitions(args.bootstrap, args.topic)
+    sources = sources_of(net, windows, args.records, period_ns, partitions)
     # Sending makes no reference cycles; a full collection over the growing logs would only
     # delay a send.
     gc.disable()
     threads = [
         threading.Thread(
             target=run_producer,
-            name=f"producer-{k}",
+            name=f"producer-{g}",
             args=(
                 args.bootstrap,
                 args.topic,
                 args.run_id,
-                windows[k],
-                counts[k],
-                start + i * period_ns // len(keys),
+                sources[g::groups],
+                start,
                 period_ns,
-                logs[i],
                 stop,
                 round(args.ramp_s * 1e9),
-                i % partitions,  # producer i to partition i: keyed by detector
+                sources[g].log.detector if groups == len(sources) else f"producers-{g}",
             ),
         )
-        for i, k in enumerate(keys)
+        for g in range(groups)
     ]
     for t in threads:
         t.start()
@@ -328,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         for t in threads:
             t.join()
+    logs = [s.log for s in sources]
     rows = write_sent(Path(args.out), logs)
     errors = [f"{log.detector} {e}" for log in logs for e in log.errors]
     for e in errors[:20]:

@@ -76,6 +76,16 @@ class Router:
         ]
         return cls(graph, traffic, heuristic)
 
+    @classmethod
+    def for_network(cls, network, heuristic: str = "distance") -> Router:
+        """The router over a network's graph (hvbench_job.networks.Network), with each
+        detector's parameters."""
+        traffic = [
+            NodeTraffic(d.free_flow_mph, d.capacity_per_5min)
+            for d in (network.by_key[k] for k in network.graph.ids)
+        ]
+        return cls(network.graph, traffic, heuristic)
+
     def observe(self, node: str, measured_speed_mph: float, predicted_flow: float) -> float:
         """Record a detector's latest speed and forecast; returns its expected speed (mph)."""
         i = self.graph.node(node)
