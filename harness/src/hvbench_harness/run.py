@@ -48,7 +48,7 @@ from hvbench_load import probe
 from hvbench_load.broker import BrokerError
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.probe import probe_record
-from hvbench_load.producers import PRODUCER_CONFIG, send_offset_ns
+from hvbench_load.producers import PRODUCER_CONFIG, SENDING, send_offset_ns
 
 import tsc_timer
 from hvbench_harness import accounting, inventory, meta, neighbours, spec
@@ -465,12 +465,15 @@ def drain(
     machines = target.machines()
     started = time.monotonic()
     cpu_at_start = {m.name: cpu_times(m) for m in machines}
-    usage = PartCpu(target.part_pids(job, {"producers": producers, "consumer": consumer}))
+    pids = target.part_pids(job, {"producers": producers, "consumer": consumer})
+    usage, sending = PartCpu(pids), False
     drain_deadline, steal = None, None
     while consumer.poll() is None:
         line = next_line(lines, 0.2)
         if line:
             relay_line(line, args.records, started)
+        if not sending and SENDING in (parts.work / "producers.out").read_text(errors="replace"):
+            usage, sending = PartCpu(pids), True  # from here: loading the data is not sending
         usage.sample()  # before the poll below reaps the producers
         if producers.poll() is not None and drain_deadline is None:
             enter(meta_doc, "draining")
