@@ -16,12 +16,13 @@ GUESTS = {
 }
 
 
-def check(tmp_path: Path, neighbours: dict) -> subprocess.CompletedProcess:
+def check(tmp_path: Path, neighbours: dict, **more) -> subprocess.CompletedProcess:
     settings = {
         "hvbench_hypervisor": "kvm",
         "hvbench_guests": GUESTS,
         "hvbench_neighbours": neighbours,
         "ansible_python_interpreter": sys.executable,
+        **more,
     }
     (tmp_path / "vars.json").write_text(json.dumps(settings))
     return subprocess.run(
@@ -55,3 +56,10 @@ def test_an_image_of_ones_own_and_a_workload_neighbour_pass(tmp_path):
     neighbours = {"count": 2, "workload": True, "memory_mb": 4096, "image": str(image)}
     proc = check(tmp_path, neighbours)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+
+
+def test_an_unknown_on_crash_action_is_refused_on_xen(tmp_path):
+    proc = check(tmp_path, {}, hvbench_hypervisor="xen", guests_xen_on_crash="reboot")
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out[-3000:]
+    assert "guests_xen_on_crash destroy, restart or preserve (got reboot)" in out, out[-3000:]
