@@ -317,7 +317,9 @@ bench: $(STAMP) kafka flink-connector ## speed and memory figures (not tests)
 	$(PY) bench/bench_tsc.py
 	$(PY) bench/bench_report.py
 	$(PY) bench/bench_pipeline.py --model $(MODEL_DIR) --data $(DATA_DIR)
-	$(PY) bench/bench_scale.py --model $(MODEL_DIR) --data $(DATA_DIR)
+	@ls data/pems-bay/*.txt.gz >/dev/null 2>&1 || \
+		$(MAKE) --no-print-directory data NETWORK=bay DATA_DIR=data/pems-bay
+	$(PY) bench/bench_scale.py --model $(MODEL_DIR) --data $(DATA_DIR) --bay-data data/pems-bay
 	$(PY) bench/bench_trace.py --model $(MODEL_DIR) --data $(DATA_DIR)
 
 clean: ## remove generated data, artifacts, build/ and the venv

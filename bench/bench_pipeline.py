@@ -228,9 +228,12 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def rate_steps(args: argparse.Namespace, extra: tuple[str, ...] = (), name: str = "") -> list[dict]:
+def rate_steps(
+    args: argparse.Namespace, extra: tuple[str, ...] = (), name: str = "", detectors: int = 6
+) -> list[dict]:
     """The pipeline at rising rates, until p99 passes 50 ms or nothing is measured (`extra`:
-    more of the run's flags, such as SCALE=cluster's)."""
+    more of the run's flags, such as SCALE=cluster's; `detectors`: how many send, each one
+    record per period)."""
     steps = []
     for rate in (float(r) for r in args.rates.split(",")):
         # the ramp sends (1 + 0.1) / 2 of the full rate on average
@@ -238,7 +241,7 @@ def rate_steps(args: argparse.Namespace, extra: tuple[str, ...] = (), name: str 
         result = pipeline(
             args,
             int(rate * sent_s),
-            6000.0 / rate,
+            detectors * 1000.0 / rate,
             args.warmup_seconds,
             f"bench{name}-{rate:g}",
             args.ramp_seconds,

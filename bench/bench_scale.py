@@ -6,7 +6,9 @@ a 60 s warm-up, then the measured seconds) until p99 passes 50 ms:
 
 - p=1: one broker, the job in one local Flink JVM (SCALE=one);
 - p=2: one broker, a session cluster of two TaskManagers (SCALE=cluster BROKERS=1);
-- cluster: three brokers (replication 3, min in-sync 2) and two TaskManagers (SCALE=cluster).
+- cluster: three brokers (replication 3, min in-sync 2) and two TaskManagers (SCALE=cluster);
+- bay: p=1 with the 325 PEMS-BAY sensors (NETWORK=bay), each record routed to a destination of
+  its own (A* over 325 nodes instead of 6).
 
 The producers, the consumer and every JVM share this machine's cores, so records/s per core is
 the sustainable rate over all of them. Blue Danube's Linear Road figure, about 8,300 tuples/s
@@ -14,7 +16,8 @@ per core (8.29 million tuples/s on 50 nodes), is work of another kind: a tuple t
 position report through filters, joins and aggregates; a record here goes through two Kafka
 hops, an LSTM forecast and an A* route, each in Python.
 
-    python bench/bench_scale.py --model artifacts/forecaster --data data/pems
+    python bench/bench_scale.py --model artifacts/forecaster --data data/pems \
+        --bay-data data/pems-bay
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ LAYOUTS = {
     "p=1": (),
     "p=2": ("--scale", "cluster", "--brokers", "1", "--taskmanagers", "2"),
     "cluster": ("--scale", "cluster"),
+    "bay": ("--network", "bay"),
 }
+DETECTORS = {"bay": 325}  # the other layouts: the six freeway detectors
 BLUE_DANUBE_PER_CORE = 8_300
 GOAL = 2_400  # records/s on two cores at p99 ≤ 50 ms (issue 22)
 
@@ -44,6 +49,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="artifacts/forecaster")
     p.add_argument("--data", default="data/pems")
+    p.add_argument("--bay-data", default="data/pems-bay", help="make data NETWORK=bay")
     p.add_argument("--layouts", default=",".join(LAYOUTS), help="of " + ", ".join(LAYOUTS))
     p.add_argument("--rates", default="900,1200,1500,1800,2400", help="rec/s, rising")
     p.add_argument("--ramp-seconds", type=float, default=30.0)
@@ -66,7 +72,11 @@ def main() -> int:
     cores = len(os.sched_getaffinity(0))
     figures = {}
     for name in args.layouts.split(","):
-        steps = rate_steps(args, LAYOUTS[name], f"-{name.replace('=', '')}")
+        inputs = args
+        if name == "bay":
+            inputs = argparse.Namespace(**{**vars(args), "data": args.bay_data})
+        detectors = DETECTORS.get(name, 6)
+        steps = rate_steps(inputs, LAYOUTS[name], f"-{name.replace('=', '')}", detectors)
         best = sustainable(steps)
         figures[name] = {"steps": steps, "sustainable": best, "per_core": best / cores}
     print(f"\nsustainable rate (p99 ≤ 50 ms, every record accounted), {cores} cores:")
