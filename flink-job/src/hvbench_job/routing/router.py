@@ -27,9 +27,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hvbench_job import detectors
 from hvbench_job.routing.astar import Route, astar
-from hvbench_job.routing.graph import RoadGraph, freeway_graph
+from hvbench_job.routing.graph import RoadGraph
 from hvbench_job.routing.traffic import MPH_TO_MPS, expected_speed_mph
 
 HEURISTICS = ("distance", "paper", "none")
@@ -68,13 +67,10 @@ class Router:
 
     @classmethod
     def for_detectors(cls, heuristic: str = "distance") -> Router:
-        """The router over the six-detector freeway graph, with each detector's parameters."""
-        graph = freeway_graph()
-        traffic = [
-            NodeTraffic(d.free_flow_mph, d.capacity_per_5min)
-            for d in (detectors.BY_KEY[k] for k in graph.ids)
-        ]
-        return cls(graph, traffic, heuristic)
+        """The router over the six-detector freeway network."""
+        from hvbench_job import networks  # networks is built on this package
+
+        return cls.for_network(networks.network("freeway"), heuristic)
 
     @classmethod
     def for_network(cls, network, heuristic: str = "distance") -> Router:
