@@ -94,8 +94,8 @@ def test_the_testbed_file_names_the_neighbours_and_how_to_reach_them():
         return {"name": name, "address": address, "private_address": address, "user": "root"}
 
     doc = {
-        "target": "kvm", "host": conn("h", "lab"), "messaging": conn("m", "10.0.0.10"),
-        "realtime": conn("r", "10.0.0.11"), "realtime_domain": "r", "install_dir": "/opt",
+        "target": "kvm", "host": conn("h", "lab"), "messaging_vms": [conn("m", "10.0.0.10")],
+        "realtime_vms": [conn("r", "10.0.0.11")], "realtime_domains": ["r"], "install_dir": "/opt",
         "work_dir": "/w", "neighbours": [conn("hvbench-neighbour-0", "10.0.0.20")],
     }  # fmt: skip
     testbed = Testbed.from_json(doc)

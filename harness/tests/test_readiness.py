@@ -217,7 +217,7 @@ def test_a_xen_host_is_checked_by_what_xen_runs(here, fake_xl):
     facts = tuned_host(here)
     facts["governors"] = {"cpu0": None}  # dom0 has no cpufreq: Xen has it
     facts["xen"] = agent_facts._xen()
-    expect = {"realtime_domain": "hvbench-realtime", "realtime_pool": "hvbench-rt"}
+    expect = {"realtime_domains": ["hvbench-realtime"], "realtime_pool": "hvbench-rt"}
     checks = by_name(readiness.evaluate(facts, "host", expect))
     for name in ("governor", "cstates", "xen_dom0_pinned", "xen_rt_pool", "xen_tsc_mode"):
         assert checks[name]["status"] == "pass", checks[name]

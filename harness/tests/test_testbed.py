@@ -126,9 +126,9 @@ def test_ssh_commands_come_from_ansibles_connection_variables():
     testbed = Testbed.from_json(
         {
             "host": host,
-            "messaging": guest,
-            "realtime": {**guest, "address": "192.168.123.11"},
-            "realtime_domain": "hvbench-realtime",
+            "messaging_vms": [guest],
+            "realtime_vms": [{**guest, "address": "192.168.123.11"}],
+            "realtime_domains": ["hvbench-realtime"],
             "install_dir": "/opt/hvbench",
             "work_dir": "/var/lib/hvbench/work",
         }
@@ -252,18 +252,27 @@ def test_bad_xen_settings_are_refused_before_anything_is_touched(args, expected,
     assert not (tmp_path / "w").exists() and not (tmp_path / "r").exists()
 
 
+def file_of_testbed(target: str, realtime_vms: int = 1) -> dict:
+    """A testbed file as playbooks/testbed.yml writes it, with one messaging VM."""
+    names = ["rt", *(f"rt-{i}" for i in range(2, realtime_vms + 1))]
+    return {
+        "target": target,
+        "realtime_domains": names,
+        "realtime_pool": "hvbench-rt" if target == "xen" else "",
+        "install_dir": "/opt/hvbench",
+        "work_dir": "/w",
+        "host": {"name": "host", "address": "10.0.0.1"},
+        "messaging_vms": [{"name": "m", "address": "10.0.0.2", "private_address": "10.0.0.2"}],
+        "realtime_vms": [
+            {"name": name, "address": f"10.0.0.{11 + i}", "private_address": f"10.0.0.{11 + i}"}
+            for i, name in enumerate(names)
+        ],
+    }
+
+
 def test_the_host_tool_gets_the_setting_of_its_target():
     def testbed(target: str) -> Testbed:
-        doc = {
-            "target": target,
-            "realtime_domain": "rt",
-            "realtime_pool": "hvbench-rt" if target == "xen" else "",
-            "install_dir": "/opt/hvbench",
-            "work_dir": "/w",
-            "messaging": {"name": "m", "address": "10.0.0.2", "private_address": "10.0.0.2"},
-        }
-        doc |= {role: {"name": role, "address": "10.0.0.1"} for role in ("host", "realtime")}
-        return Testbed.from_json(doc)
+        return Testbed.from_json(file_of_testbed(target))
 
     xen = HostScheduler(testbed("xen")).command(
         "apply", validate("xen", "rtds", budget_us=77500, extratime=1)
@@ -280,6 +289,20 @@ def test_the_host_tool_gets_the_setting_of_its_target():
         *("hvbench-agent", "sched", "apply", "--backend", "kvm", "--domain", "rt"),
         *("--sched", "fifo", "--priority", "9"),
     ]
+
+
+def test_the_setting_goes_to_every_real_time_vm_of_a_cluster():
+    testbed = Testbed.from_json(file_of_testbed("xen", realtime_vms=3))
+    assert testbed.realtime_domains == ("rt", "rt-2", "rt-3")
+    assert testbed.realtime.ssh[-1] == "root@10.0.0.11"  # the first: where the job starts
+    assert [vm.ssh[-1] for vm in testbed.realtime_vms][1:] == ["root@10.0.0.12", "root@10.0.0.13"]
+    scheduler = HostScheduler(testbed)
+    read = scheduler.command("read")
+    assert read == [
+        *("hvbench-agent", "sched", "read", "--backend", "xen"),
+        *("--domain", "rt", "--domain", "rt-2", "--domain", "rt-3", "--pool", "hvbench-rt"),
+    ]
+    assert scheduler.where() == "rt, rt-2, rt-3 in cpupool hvbench-rt"
 
 
 def test_make_run_on_kvm_refuses_a_bad_setting_before_asking_ansible():

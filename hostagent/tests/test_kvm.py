@@ -72,3 +72,13 @@ def test_make_vcpu_sched_refuses_a_bad_setting_before_any_connection():
     doc = yaml.safe_load((REPO / "build/inventory/hosts.yml").read_text())
     host = doc["all"]["children"]["kvm_hosts"]["hosts"]["hvbench-nonexistent.invalid"]
     assert host == {"ansible_host": "hvbench-nonexistent.invalid", "ansible_user": "root"}
+
+
+def test_a_state_file_of_one_domain_reads_as_a_list_of_domains():
+    # written by an agent from before several real-time VMs: reset still undoes it
+    old = {"domain": "rt", "sched": "deadline", "changed": [], "pins_before": [[2], [3]],
+           "libvirt_before": {"vcpu_period": 100000, "vcpu_quota": -1}}  # fmt: skip
+    state = kvm._state(old)
+    assert state["domains"] == ["rt"] and state["pins_before"] == {"rt": [[2], [3]]}
+    assert state["libvirt_before"] == {"rt": {"vcpu_period": 100000, "vcpu_quota": -1}}
+    assert kvm._state(dict(state)) == state

@@ -6,6 +6,8 @@ guest playing the host and applies every scheduler there. The xl texts below wer
 that host (Xen 4.17, Debian 12's xl).
 """
 
+import json
+
 import pytest
 from hvbench_agent import cli
 from hvbench_agent.sched import Refused, Setting
@@ -143,3 +145,38 @@ def test_extratime_is_switched_on_only_while_the_domain_is_paused(monkeypatch, e
         assert slept == [0.16]
     else:
         assert calls[1:] == [(*setting, "-e", "0")] and slept == []
+
+
+def test_every_real_time_vm_gets_the_setting_and_is_read_back(capsys, monkeypatch):
+    applied, reset = [], []
+    monkeypatch.setattr(xen_sched, "check", lambda name, setting, pool: None)
+
+    def fake_apply(name, setting, pool):
+        applied.append((name, pool))
+        return {"domain": name, "sched": "credit", "weight": 256, "cap": 0}
+
+    monkeypatch.setattr(xen_sched, "apply", fake_apply)
+    monkeypatch.setattr(xen_sched, "reset", reset.append)
+    args = ["sched", "apply", "--backend", "xen", "--pool", "rt", "--sched", "credit"]
+    assert cli.main([*args, "--domain", "rt-1", "--domain", "rt-2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert applied == [("rt-1", "rt"), ("rt-2", "rt")] and reset == []
+    assert out["readback"]["domain"] == "rt-1"
+    assert [r["domain"] for r in out["readbacks"]] == ["rt-1", "rt-2"]
+
+
+def test_a_refusal_on_one_real_time_vm_resets_them_all(monkeypatch):
+    reset = []
+    monkeypatch.setattr(xen_sched, "check", lambda name, setting, pool: None)
+
+    def fake_apply(name, setting, pool):
+        if name == "rt-2":
+            raise Refused("xl sched-credit: failed")
+        return {"domain": name, "sched": "credit", "weight": 256, "cap": 0}
+
+    monkeypatch.setattr(xen_sched, "apply", fake_apply)
+    monkeypatch.setattr(xen_sched, "reset", reset.append)
+    scheduler = xen_sched.XenScheduler(["rt-1", "rt-2"], "rt")
+    with pytest.raises(Refused, match="failed"):
+        scheduler.apply(Setting("credit", weight=256, cap=0))
+    assert reset == ["rt-1", "rt-2"]

@@ -16,7 +16,9 @@ GUESTS = {
 }
 
 
-def check(tmp_path: Path, neighbours: dict, **more) -> subprocess.CompletedProcess:
+def check(
+    tmp_path: Path, neighbours: dict, playbook: str = "validate.yml", **more
+) -> subprocess.CompletedProcess:
     settings = {
         "hvbench_hypervisor": "kvm",
         "hvbench_guests": GUESTS,
@@ -27,9 +29,13 @@ def check(tmp_path: Path, neighbours: dict, **more) -> subprocess.CompletedProce
     (tmp_path / "vars.json").write_text(json.dumps(settings))
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
-         "-e", f"@{tmp_path / 'vars.json'}", str(REPO / "tests/roles/validate.yml")],
+         "-e", f"@{tmp_path / 'vars.json'}", str(REPO / "tests/roles" / playbook)],
         cwd=REPO, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+def vm(name: str, cpus: list[int]) -> dict:
+    return {"name": name, "vcpus": len(cpus), "memory_mb": 1024, "host_cpus": cpus, "disk_gb": 10}
 
 
 @pytest.mark.parametrize(
@@ -63,3 +69,48 @@ def test_an_unknown_on_crash_action_is_refused_on_xen(tmp_path):
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0, out[-3000:]
     assert "guests_xen_on_crash destroy, restart or preserve (got reboot)" in out, out[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("guests", "message"),
+    [
+        ({"realtime": [vm("r", [1]), vm("r", [0])]}, "with a name of its own"),
+        ({"realtime": [vm("r", [1]), vm("r2", [0])]}, "host CPUs no other uses"),
+        (
+            {"realtime": [vm(f"r{i}", [1]) for i in range(10)]},
+            "a list of 1 to 9 VMs (got 1 and 10)",
+        ),
+        ({"messaging": []}, "a list of 1 to 9 VMs (got 0 and 1)"),
+    ],
+)
+def test_a_bad_cluster_layout_is_refused_with_the_reason(tmp_path, guests, message):
+    proc = check(tmp_path, {}, hvbench_guests={**GUESTS, **guests})
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0 and message in out, out[-3000:]
+
+
+def test_the_vms_may_be_given_as_lists(tmp_path):
+    guests = {"messaging": [GUESTS["messaging"]], "realtime": [GUESTS["realtime"]]}
+    proc = check(tmp_path, {}, hvbench_guests=guests)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+
+
+def test_a_clusters_vms_get_their_roles_addresses_and_pool(tmp_path):
+    guests = {
+        "messaging": [vm("m", [2]), vm("m2", [3])],
+        "realtime": [vm("r", [4]), vm("r2", [5]), vm("r3", [6, 7])],
+    }
+    out = tmp_path / "guests.json"
+    more = {"guests_list_file": str(out), "xen_host_rt_pool": "hvbench-rt"}
+    proc = check(tmp_path, {"count": 1}, "list.yml", hvbench_guests=guests, **more)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    found = [(g["name"], g["role"], g["index"], g["pool"]) for g in json.loads(out.read_text())]
+    assert found == [
+        ("m", "messaging", 10, ""),
+        ("m2", "messaging", 31, ""),
+        ("r", "realtime", 11, "hvbench-rt"),
+        ("r2", "realtime", 41, "hvbench-rt"),
+        ("r3", "realtime", 42, "hvbench-rt"),
+        # placed on the real-time VMs' CPUs (the default), in their pool
+        ("hvbench-neighbour-0", "neighbour", 20, "hvbench-rt"),
+    ]

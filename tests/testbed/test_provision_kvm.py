@@ -1,9 +1,10 @@
 """make provision for real: a QEMU guest plays the bare-metal host (see hostvm.py), the
 playbooks provision it over SSH, and libvirt/KVM inside it runs the two guests.
 
-Sizes are the test's: the host VM has 3 vCPUs and 6 GiB under TCG. Each guest gets one vCPU,
-pinned to host CPU 1 and 2, and 1–1.5 GiB; CPU 0 is left to the host, as on a real testbed, so
-its SSH stays responsive while the nested guests boot. Nothing is timed here.
+Sizes are the test's: the host VM has 4 vCPUs and 6 GiB under TCG. Each guest gets one vCPU:
+the messaging VM on host CPU 1, two real-time VMs (a cluster's layout) on CPUs 2 and 3, and
+0.5–1.5 GiB; CPU 0 is left to the host, as on a real testbed, so its SSH stays responsive while
+the nested guests boot. Nothing is timed here.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 CACHE = Path(os.environ.get("HVBENCH_TEST_CACHE", "/var/cache/hvbench-test"))
 NEIGHBOUR = "hvbench-neighbour-0"
+REALTIME = ["hvbench-realtime", "hvbench-realtime-2"]  # the job runs in the first
 # its disk holds the image's 8 GB file system (a smaller overlay is refused)
 NEIGHBOURS = {"count": 1, "vcpus": 1, "memory_mb": 512, "disk_gb": 8, "placement": [1]}
 # the neighbour VM shares CPU 1 with the messaging VM: on the real-time VM's CPU it would stop
@@ -38,12 +40,15 @@ NEIGHBOURS = {"count": 1, "vcpus": 1, "memory_mb": 512, "disk_gb": 8, "placement
 GUESTS = {
     "hvbench-messaging": ("192.168.123.10", [1]),
     "hvbench-realtime": ("192.168.123.11", [2]),
+    "hvbench-realtime-2": ("192.168.123.41", [3]),
     NEIGHBOUR: ("192.168.123.20", [1]),
 }
 
 
 def guests(realtime_vcpus: int = 1, realtime_cpus: list[int] | None = None) -> dict:
-    """The test's two guests (hvbench_guests): one vCPU each, pinned to CPU 1 and CPU 2."""
+    """The test's workload VMs (hvbench_guests): one vCPU each, the messaging VM pinned to CPU
+    1, the real-time VMs to CPUs 2 and 3. The job runs in the first real-time VM; the setting
+    goes to both."""
 
     def guest(name: str, vcpus: int, memory_mb: int, cpus: list[int]) -> dict:
         return {"name": name, "vcpus": vcpus, "memory_mb": memory_mb, "host_cpus": cpus,
@@ -51,9 +56,15 @@ def guests(realtime_vcpus: int = 1, realtime_cpus: list[int] | None = None) -> d
 
     return {
         "messaging": guest("hvbench-messaging", 1, 1536, GUESTS["hvbench-messaging"][1]),
-        "realtime": guest(
-            "hvbench-realtime", realtime_vcpus, 1024, realtime_cpus or GUESTS["hvbench-realtime"][1]
-        ),
+        "realtime": [
+            guest(
+                "hvbench-realtime",
+                realtime_vcpus,
+                1024,
+                realtime_cpus or GUESTS["hvbench-realtime"][1],
+            ),
+            guest("hvbench-realtime-2", 1, 512, GUESTS["hvbench-realtime-2"][1]),
+        ],
     }
 
 
@@ -127,7 +138,7 @@ def host(tmp_path_factory, small_model, small_data):
     image = build_image(CACHE)
     work = tmp_path_factory.mktemp("hostvm")
     bundle = guest_bundle(work, small_model, small_data[0])
-    vm = HostVM(image, work)
+    vm = HostVM(image, work, cpus=4)
     vm.start()
     try:
         vm.hold_static_keys()
@@ -167,7 +178,7 @@ def test_bad_pinning_is_refused_before_anything_is_touched(host):
         host,
         "provision.yml",
         "-e",
-        json.dumps({"hvbench_guests": guests(realtime_vcpus=2, realtime_cpus=[1])}),
+        json.dumps({"hvbench_guests": guests(realtime_vcpus=2, realtime_cpus=[2])}),
     )
     assert code != 0 and "vCPUs are pinned one to one" in out
     assert counts["changed"] == 0
@@ -261,25 +272,35 @@ def test_a_neighbour_is_held_in_each_state_and_read_back(host):
     assert hold(host, "read")[0]["state"] == "running"  # held: a second hold changes nothing
 
 
-def vcpu_sched(host, action: str, **settings) -> tuple[int, str, dict | None]:
-    """playbooks/sched.yml against the host; the readback it saved on the controller."""
+def vcpu_sched(host, action: str, **settings) -> tuple[int, str, list[dict] | None]:
+    """playbooks/sched.yml against the host; the readback of each real-time VM it saved on
+    the controller."""
     readback = host[1].parent / f"sched-{action}.json"
     readback.unlink(missing_ok=True)
     args = ["-e", f"sched_action={action}", "-e", f"sched_readback_file={readback}"]
     for key, value in settings.items():
         args += ["-e", f"sched_{'name' if key == 'sched' else key}={value}"]
     code, out, _ = playbook(host, "sched.yml", *args)
-    return code, out, json.loads(readback.read_text())["readback"] if code == 0 else None
+    return code, out, every_vm(json.loads(readback.read_text())) if code == 0 else None
 
 
-def assert_as_libvirt_set_it_up(readback: dict) -> None:
-    (vcpu,) = readback["vcpus"]
-    assert vcpu["thread"]["policy"] == "SCHED_OTHER" and vcpu["thread"]["priority"] == 0
-    assert vcpu["pinned_to"] == vcpu["affinity"] == GUESTS["hvbench-realtime"][1]
-    assert vcpu["cpu_max"] == "max 100000"
-    assert readback["libvirt"]["vcpu_quota"] in (-1, 17592186044415)  # both mean no limit
-    assert {c["partition"] for c in readback["cpusets"].values()} == {"member"}
-    assert readback["host"]["cpus_left_to_the_host"] == "0-2"
+def every_vm(doc: dict) -> list[dict]:
+    """The agent's readback of each real-time VM (`readbacks` when there are several), after
+    checking that both VMs are there, in order, and the first is `readback` too."""
+    readbacks = doc["readbacks"]
+    assert [r["domain"] for r in readbacks] == REALTIME and readbacks[0] == doc["readback"]
+    return readbacks
+
+
+def assert_as_libvirt_set_it_up(readbacks: list[dict]) -> None:
+    for readback in readbacks:
+        (vcpu,) = readback["vcpus"]
+        assert vcpu["thread"]["policy"] == "SCHED_OTHER" and vcpu["thread"]["priority"] == 0
+        assert vcpu["pinned_to"] == vcpu["affinity"] == GUESTS[readback["domain"]][1]
+        assert vcpu["cpu_max"] == "max 100000"
+        assert readback["libvirt"]["vcpu_quota"] in (-1, 17592186044415)  # both mean no limit
+        assert {c["partition"] for c in readback["cpusets"].values()} == {"member"}
+        assert readback["host"]["cpus_left_to_the_host"] == "0-3"
 
 
 @pytest.mark.parametrize(
@@ -295,8 +316,17 @@ def assert_as_libvirt_set_it_up(readback: dict) -> None:
     ],
 )
 def test_vcpu_scheduler_settings_are_applied_read_back_and_undone(host, settings, expect):
-    code, out, readback = vcpu_sched(host, "apply", **settings)
+    code, out, readbacks = vcpu_sched(host, "apply", **settings)
     assert code == 0, out[-6000:]
+    for readback in readbacks:
+        assert_applied(host, settings, expect, readback)
+    code, out, readbacks = vcpu_sched(host, "reset")
+    assert code == 0, out[-6000:]
+    assert_as_libvirt_set_it_up(readbacks)
+
+
+def assert_applied(host, settings: dict, expect: dict, readback: dict) -> None:
+    """One real-time VM's readback, and the kernel's own view, show the setting."""
     (vcpu,) = readback["vcpus"]
     for key, value in expect.items():
         got = (
@@ -314,18 +344,16 @@ def test_vcpu_scheduler_settings_are_applied_read_back_and_undone(host, settings
     if settings["sched"] == "deadline":
         # pinned to one CPU, the vCPU is admitted only inside its own exclusive partition
         scope = readback["cpusets"][vcpu["cgroup"].rsplit("/libvirt/", 1)[0]]
-        assert scope == {"cpus": "2", "effective": "2", "partition": "root"}
+        (cpu,) = GUESTS[readback["domain"]][1]
+        assert scope == {"cpus": str(cpu), "effective": str(cpu), "partition": "root"}
         assert readback["host"]["cpus_left_to_the_host"] == "0"
-    code, out, readback = vcpu_sched(host, "reset")
-    assert code == 0, out[-6000:]
-    assert_as_libvirt_set_it_up(readback)
 
 
 def test_deadline_on_a_pinned_vcpu_is_refused_without_a_partition(host):
     """The reason for the partition: plain pinning gives EPERM (the kernel's root-domain rule)."""
-    code, out, readback = vcpu_sched(host, "read")
+    code, out, readbacks = vcpu_sched(host, "read")
     assert code == 0, out[-6000:]
-    tid = readback["vcpus"][0]["tid"]
+    tid = readbacks[0]["vcpus"][0]["tid"]
     probe = host[0].ssh(
         "/opt/hvbench-agent/bin/python -c 'from hvbench_agent.sched import linux, Setting; "
         f'linux.apply_deadline([{tid}], Setting("deadline", 50000, 100000))\'',
@@ -338,9 +366,9 @@ def test_a_setting_the_host_cannot_admit_is_refused_and_changes_nothing(host):
     code, out, _ = vcpu_sched(host, "apply", sched="deadline", budget=100000)
     assert code != 0
     assert "admission control would refuse SCHED=deadline" in out
-    code, out, readback = vcpu_sched(host, "read")
+    code, out, readbacks = vcpu_sched(host, "read")
     assert code == 0, out[-6000:]
-    assert_as_libvirt_set_it_up(readback)
+    assert_as_libvirt_set_it_up(readbacks)
 
 
 def test_make_vcpu_sched_applies_and_resets_through_the_inventory(host):
@@ -360,8 +388,9 @@ def test_make_vcpu_sched_applies_and_resets_through_the_inventory(host):
             timeout=600,
         )
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-        (vcpu,) = json.loads(readback.read_text())["readback"]["vcpus"]
-        assert vcpu["cpu_max"] == (f"{quota} 100000" if quota else "max 100000")
+        for found in every_vm(json.loads(readback.read_text())):
+            (vcpu,) = found["vcpus"]
+            assert vcpu["cpu_max"] == (f"{quota} 100000" if quota else "max 100000")
     readback.unlink()
 
 
@@ -447,9 +476,12 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     )
     assert counts["malformed_dead_lettered"] == 2 and counts["accounted"]
     assert len(pd.read_csv(results / run_id / "samples.csv")) == 60
-    (vcpu,) = meta["sched"]["readback"]["vcpus"]
-    assert vcpu["cpu_max"] == "50000 100000"
-    assert meta["sched_at_end"]["readback"]["vcpus"][0]["cpu_max"] == "50000 100000"
+    # the setting on both real-time VMs, read back from each at the start and at the end
+    for when in ("sched", "sched_at_end"):
+        for readback in every_vm(meta[when]):
+            (vcpu,) = readback["vcpus"]
+            assert vcpu["cpu_max"] == "50000 100000", (when, readback)
+    assert "hvbench-realtime, hvbench-realtime-2" in meta["sched"]["applied"]
     assert meta["requested"]["target"] == "kvm" and meta["sched"]["setting"]["budget_us"] == 50000
     assert meta["host"]["host"]["hostname"] == "hvbench-host"
     assert meta["host"]["realtime"]["versions"]["apache-flink"] == "2.3.0"
@@ -469,7 +501,7 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
         "cat /sys/fs/cgroup/machine.slice/machine-qemu*hvbench*realtime*"
         ".scope/libvirt/vcpu0/cpu.max",
     )
-    assert cpu_max.split() == ["max", "100000"]
+    assert cpu_max.split() == ["max", "100000"] * len(REALTIME)
     install_dir, run_dir = workload_dirs(host)
     # every part stopped ([/]: the pattern does not match the shell that runs pgrep)
     assert here(f"pgrep -af '[/]{str(install_dir)[1:]}' || true").strip() == ""
@@ -611,7 +643,7 @@ def test_a_dropped_ssh_connection_ends_the_run_and_keeps_what_was_measured(host,
         "cat /sys/fs/cgroup/machine.slice/machine-qemu*hvbench*realtime*"
         ".scope/libvirt/vcpu0/cpu.max",
     )
-    assert cpu_max.split() == ["max", "100000"]
+    assert cpu_max.split() == ["max", "100000"] * len(REALTIME)
     shown = {k: c[k] for k in ("sent", "received", "missing", "undelivered")}
     print(f"\nSSH session dropped: the run noticed after {noticed:.1f} s; counts {shown}")
 
@@ -658,7 +690,7 @@ def test_teardown_leaves_the_host_clean(host):
     assert on_host(host, "virsh list --all --name").split() == []
     assert "hvbench" not in on_host(host, "virsh net-list --all --name")
     assert "No such file" in on_host(host, "ls /var/lib/hvbench 2>&1 || true")
-    assert on_host(host, "cat /sys/fs/cgroup/cpuset.cpus.effective").strip() == "0-2"
+    assert on_host(host, "cat /sys/fs/cgroup/cpuset.cpus.effective").strip() == "0-3"
     # systemd removes machine.slice once no guest is left; if it is still there it is a member
     partition = "cat /sys/fs/cgroup/machine.slice/cpuset.cpus.partition 2>/dev/null || echo gone"
     assert on_host(host, partition).strip() in ("member", "gone")

@@ -243,7 +243,7 @@ def test_the_readiness_probe_reads_the_xen_host(host):
     assert xen["domains"][GUEST]["pool"] == POOL and xen["domains"][MESSAGING]["pool"] == "Pool-0"
     assert xen["domains"][GUEST]["tsc_mode"] == "default"
     assert xen["dom0_vcpus"] == [{"vcpu": "0", "cpu": "0", "hard": "0"}]
-    checks = readiness.evaluate(facts, "host", {"realtime_domain": GUEST, "realtime_pool": POOL})
+    checks = readiness.evaluate(facts, "host", {"realtime_domains": [GUEST], "realtime_pool": POOL})
     statuses = {c["check"]: c["status"] for c in checks}
     for name in ("governor", "cstates", "irqbalance", "xen_dom0_pinned", "xen_rt_pool"):
         assert statuses[name] == "pass", checks
@@ -351,8 +351,9 @@ def test_the_harness_holds_the_neighbour_runs_its_load_and_reads_it_back(host):
     )
     testbed = Testbed(
         host=Machine("host", ssh=to_host, agent_command=("hvbench-agent",)),
-        messaging=Machine("unused"), realtime=Machine("unused"), messaging_address="",
-        realtime_domain=GUEST, install_dir="", work_dir="", target="xen",
+        messaging_vms=(Machine("unused"),), realtime_vms=(Machine("unused"),),
+        messaging_addresses=("",), realtime_domains=(GUEST,), install_dir="", work_dir="",
+        target="xen",
         neighbours=((NEIGHBOUR, neighbour),),
     )  # fmt: skip
     noise = TestbedNoise(testbed, neighbours.parse("1:cpu"), "xen-check", longest_s=60)

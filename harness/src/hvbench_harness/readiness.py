@@ -91,7 +91,7 @@ def parse_require(text: str | None) -> set[str]:
 def evaluate(
     facts: dict, role: str, expect: dict | None = None, require: set[str] = frozenset()
 ) -> list[dict]:
-    """The checks of one machine. expect (a Xen host): realtime_domain, realtime_pool.
+    """The checks of one machine. expect (a Xen host): realtime_domains, realtime_pool.
     require: checks required beyond the role's defaults."""
     checks = _evaluate(facts, role, expect or {})
     for c in checks:
@@ -226,12 +226,12 @@ def _xen_checks(xen: dict, role: str, expect: dict) -> list[dict]:
             role,
         )
     ]
-    domain, pool = expect.get("realtime_domain"), expect.get("realtime_pool")
+    domains, pool = expect.get("realtime_domains") or [], expect.get("realtime_pool")
     if pool:
         pools = {p["name"]: p for p in xen["cpupools"]}
         found_pool = pools.get(pool)
-        in_pool = (xen["domains"].get(domain) or {}).get("pool")
-        ok = found_pool is not None and (domain is None or in_pool == pool)
+        in_pool = {d: (xen["domains"].get(d) or {}).get("pool") for d in domains}
+        ok = found_pool is not None and all(found == pool for found in in_pool.values())
         checks.append(
             check(
                 "xen_rt_pool",
@@ -240,8 +240,8 @@ def _xen_checks(xen: dict, role: str, expect: dict) -> list[dict]:
                     f"{p['name']}: {p['sched']} on {p.get('cpu_list', p['cpus'])}"
                     for p in xen["cpupools"]
                 )
-                + (f"; {domain} in {in_pool}" if domain else ""),
-                f"cpupool {pool} holding {domain}",
+                + "".join(f"; {d} in {found}" for d, found in in_pool.items()),
+                f"cpupool {pool} holding {', '.join(domains) or 'the real-time VMs'}",
                 role,
             )
         )
@@ -306,12 +306,12 @@ def check_testbed(
     expect = {}
     if testbed.target == "xen":
         expect = {
-            "realtime_domain": testbed.realtime_domain,
+            "realtime_domains": list(testbed.realtime_domains),
             "realtime_pool": testbed.realtime_pool,
         }
     facts = {testbed.host.name: probe_machine(testbed.host)}
     results = {testbed.host.name: evaluate(facts[testbed.host.name], "host", expect, require)}
-    for guest in (testbed.messaging, testbed.realtime):
+    for guest in (*testbed.messaging_vms, *testbed.realtime_vms):
         if guest.name not in facts:
             facts[guest.name] = probe_machine(guest)
             results[guest.name] = evaluate(facts[guest.name], "guest", require=require)

@@ -312,7 +312,7 @@ class TestbedTarget:
         self.hz = 0.0  # the messaging VM's TSC (calibrate)
         log(
             f"testbed: host {self.testbed.host.ssh[-1]}, messaging VM, real-time VM "
-            f"({self.testbed.realtime_domain})"
+            f"({', '.join(self.testbed.realtime_domains)})"
         )
 
     def machines(self) -> set[Machine]:
@@ -336,8 +336,17 @@ class TestbedTarget:
                 "kafka, producers, consumer": self.messaging.name,
                 "flink job": self.realtime.name,
                 "scheduler setting": f"{self.testbed.host.name}: {self.scheduler.where()}",
+                **self.unused_vms(),
             },
         }
+
+    def unused_vms(self) -> dict:
+        """The inventory's further messaging and real-time VMs (a cluster's): they get the
+        scheduler setting (the real-time ones) but run no part of this run."""
+        unused = [
+            vm.name for vm in (*self.testbed.messaging_vms[1:], *self.testbed.realtime_vms[1:])
+        ]
+        return {"without a part": unused} if unused else {}
 
     def hypervisor(self) -> dict:
         """The host's hypervisor as its agent found it before this run: Xen's version and
@@ -354,7 +363,7 @@ class TestbedTarget:
         """Every guest on the host as the hypervisor has it before the run: state, vCPUs and
         the host CPUs they are pinned to; on Xen also the guest's type (pv, pvh, hvm) and
         cpupool."""
-        names = [self.testbed.messaging_domain, self.testbed.realtime_domain]
+        names = [self.testbed.messaging_domain, *self.testbed.realtime_domains]
         names += [domain for domain, _ in self.testbed.neighbours]
         host = self.testbed.host
         args = ["domains", "read", "--backend", self.name]

@@ -128,30 +128,48 @@ def ssh_command(conn: dict) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Testbed:
-    """The machines of a provisioned KVM or Xen testbed, as playbooks/testbed.yml found them."""
+    """The machines of a provisioned KVM or Xen testbed, as playbooks/testbed.yml found them.
+    A cluster has several messaging or real-time VMs; `messaging` and `realtime` are the first
+    of each (where the producers, the consumer and the job start)."""
 
     __test__ = False  # not a test class, despite its name
 
     host: Machine
-    messaging: Machine
-    realtime: Machine
-    messaging_address: str  # the broker listens here, on the guests' private network
-    realtime_domain: str
+    messaging_vms: tuple[Machine, ...]
+    realtime_vms: tuple[Machine, ...]
+    # the brokers listen here, on the guests' private network, one address per messaging VM
+    messaging_addresses: tuple[str, ...]
+    realtime_domains: tuple[str, ...]  # every real-time VM's name on the host (libvirt or xl)
     install_dir: str
     work_dir: str
     host_facts: dict = field(default_factory=dict)
     target: str = "kvm"  # the hypervisor: kvm or xen
-    realtime_pool: str = ""  # xen: the real-time VM's cpupool
-    messaging_domain: str = ""  # the messaging VM's name on the host (libvirt or xl)
+    realtime_pool: str = ""  # xen: the real-time VMs' cpupool
+    messaging_domain: str = ""  # the first messaging VM's name on the host (libvirt or xl)
     # the neighbour VMs (make provision, hvbench_neighbours): their domain names and machines
     neighbours: tuple[tuple[str, Machine], ...] = ()
     # those of them that have the workload installed (hvbench_neighbours.workload)
     workload_neighbours: tuple[str, ...] = ()
 
+    @property
+    def messaging(self) -> Machine:
+        return self.messaging_vms[0]
+
+    @property
+    def realtime(self) -> Machine:
+        return self.realtime_vms[0]
+
+    @property
+    def messaging_address(self) -> str:
+        return self.messaging_addresses[0]
+
+    @property
+    def realtime_domain(self) -> str:
+        return self.realtime_domains[0]
+
     @classmethod
     def from_json(cls, doc: dict) -> Testbed:
-        def machine(role: str) -> Machine:
-            conn = doc[role]
+        def machine(role: str, conn: dict) -> Machine:
             return Machine(
                 name=f"{role} ({conn['name']})",
                 ssh=ssh_command(conn),
@@ -160,6 +178,9 @@ class Testbed:
                 cpus=str(conn.get("workload_cpus") or ""),
                 agent_command=("hvbench-agent",) if role == "host" else (),
             )
+
+        def vms(role: str) -> tuple[Machine, ...]:
+            return tuple(machine(role, conn) for conn in doc[f"{role}_vms"])
 
         neighbours = tuple(
             (conn["name"], Machine(name=f"neighbour ({conn['name']})", ssh=ssh_command(conn)))
@@ -170,11 +191,11 @@ class Testbed:
             workload_neighbours=tuple(
                 conn["name"] for conn in doc.get("neighbours", []) if conn.get("workload")
             ),
-            host=machine("host"),
-            messaging=machine("messaging"),
-            realtime=machine("realtime"),
-            messaging_address=doc["messaging"]["private_address"],
-            realtime_domain=doc["realtime_domain"],
+            host=machine("host", doc["host"]),
+            messaging_vms=vms("messaging"),
+            realtime_vms=vms("realtime"),
+            messaging_addresses=tuple(c["private_address"] for c in doc["messaging_vms"]),
+            realtime_domains=tuple(doc["realtime_domains"]),
             install_dir=doc["install_dir"],
             work_dir=doc["work_dir"],
             host_facts=doc.get("host_facts", {}),
@@ -185,22 +206,27 @@ class Testbed:
 
 
 class HostScheduler:
-    """The scheduler of the real-time VM, driven from here through the host's agent
-    (`hvbench-agent sched VERB --backend kvm|xen ...`): the same verbs as the agent's own
-    backends; a refusal on the host (exit 2) is a TestbedError with the host's reason."""
+    """The scheduler of the real-time VMs, driven from here through the host's agent
+    (`hvbench-agent sched VERB --backend kvm|xen --domain ... --domain ...`): the same verbs
+    as the agent's own backends, on every real-time VM at once; a refusal on the host (exit 2)
+    is a TestbedError with the host's reason. With several VMs the agent's answer has every
+    VM's readback (readbacks) beside the first's (readback)."""
 
     def __init__(self, testbed: Testbed):
         self.testbed = testbed
         self.backend = testbed.target
 
     def where(self) -> str:
+        names = ", ".join(self.testbed.realtime_domains)
         if self.backend == "xen":
-            return f"{self.testbed.realtime_domain} in cpupool {self.testbed.realtime_pool}"
-        return f"the vCPUs of {self.testbed.realtime_domain}"
+            return f"{names} in cpupool {self.testbed.realtime_pool}"
+        return f"the vCPUs of {names}"
 
     def command(self, verb: str, setting=None) -> list[str]:
         """The agent's command line on the host for one verb."""
-        args = ["sched", verb, "--backend", self.backend, "--domain", self.testbed.realtime_domain]
+        args = ["sched", verb, "--backend", self.backend]
+        for domain in self.testbed.realtime_domains:
+            args += ["--domain", domain]
         if self.backend == "xen":
             args += ["--pool", self.testbed.realtime_pool]
         if setting is not None:

@@ -1,8 +1,8 @@
 """`hvbench-agent`: what the harness and the playbooks ask of a host or guest.
 
     hvbench-agent sched validate|check|apply|read|reset --backend kvm|xen --domain NAME
-                  [--pool POOL] [--sched S] [--budget US] [--period US] [--priority N]
-                  [--extratime 0|1] [--weight W] [--cap C]
+                  [--domain NAME ...] [--pool POOL] [--sched S] [--budget US] [--period US]
+                  [--priority N] [--extratime 0|1] [--weight W] [--cap C]
     hvbench-agent xen prove --sched rtds credit credit2
     hvbench-agent xen pool --pool POOL --sched S [--cpus 2,3]
     hvbench-agent xen pool-destroy --pool POOL
@@ -43,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     sched = sub.add_parser("sched", help="a guest's scheduler setting on a hypervisor host")
     sched.add_argument("verb", choices=SCHED_VERBS)
     sched.add_argument("--backend", required=True, choices=("kvm", "xen"))
-    sched.add_argument("--domain")
+    sched.add_argument("--domain", action="append", help="once per real-time VM")
     sched.add_argument("--pool", help="xen: the domain's cpupool")
     setting_arguments(sched)
     xen = sub.add_parser("xen", help="cpupools on a Xen host")
@@ -101,15 +101,20 @@ def sched_command(args: argparse.Namespace) -> dict:
         scheduler.check(setting)
         return {"ok": True, "setting": setting.describe()}
     if args.verb == "apply":
-        return {"setting": setting.describe(), "readback": scheduler.apply(setting)}
+        return {"setting": setting.describe(), **readbacks(scheduler.apply(setting))}
     if args.verb == "reset":
         scheduler.reset()
     try:
-        return {"readback": scheduler.read()}
+        return readbacks(scheduler.read())
     except Refused:
         if args.verb == "reset":  # the domain has stopped: nothing to read back
             return {"readback": None}
         raise
+
+
+def readbacks(found: list[dict]) -> dict:
+    """The first real-time VM's readback; with several VMs, every one's too, in order."""
+    return {"readback": found[0], **({"readbacks": found} if len(found) > 1 else {})}
 
 
 def xen_command(args: argparse.Namespace) -> dict:

@@ -24,15 +24,16 @@ __all__ = [
 ]
 
 
-def guest_scheduler(backend: str, domain: str, pool: str | None = None) -> Scheduler:
-    """The scheduler of a hypervisor host for one guest: kvm (its vCPU threads) or xen (the
-    domain in its cpupool)."""
+def guest_scheduler(backend: str, domains: list[str], pool: str | None = None):
+    """The scheduler of a hypervisor host for its real-time VMs (one or more): kvm (their vCPU
+    threads) or xen (the domains in their cpupool). apply and read give one readback per
+    domain, in the order given."""
     if backend == "kvm":
         from .kvm import KvmScheduler
 
-        return KvmScheduler(domain)
+        return KvmScheduler(domains)
     if backend == "xen":
         from .xen import DEFAULT_POOL, XenScheduler
 
-        return XenScheduler(domain, pool or DEFAULT_POOL)
+        return XenScheduler(domains, pool or DEFAULT_POOL)
     raise Refused(f"no guest scheduler for backend {backend!r}; valid: kvm, xen")

@@ -188,12 +188,13 @@ def _guest_cpus(dom) -> set[int]:
     return cpus
 
 
-def _sharing(dom, cpus: set[int]) -> list[str]:
+def _sharing(doms, cpus: set[int]) -> list[str]:
     """The other running domains pinned to any of `cpus` (neighbour VMs placed there)."""
+    names = {dom.name() for dom in doms}
     return [
         other.name()
-        for other in dom.connect().listAllDomains(1)  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
-        if other.name() != dom.name() and cpus & set().union(*vcpu_pins(other))
+        for other in doms[0].connect().listAllDomains(1)  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
+        if other.name() not in names and cpus & set().union(*vcpu_pins(other))
     ]
 
 
@@ -214,29 +215,31 @@ def _admission(setting: Setting, vcpus: int, partition_cpus: int) -> None:
         raise Refused(refusal)
 
 
-def check(dom, setting: Setting) -> None:
-    """Refused unless this host can apply `setting` to dom. Changes nothing."""
+def check(doms, setting: Setting) -> None:
+    """Refused unless this host can apply `setting` to every domain of doms (the real-time
+    VMs). Changes nothing."""
     if os.geteuid() != 0:
         raise Refused("vCPU scheduler settings need root on the host")
+    names = [dom.name() for dom in doms]
     if STATE_FILE.exists():
-        state = json.loads(STATE_FILE.read_text())
-        if state.get("domain") != dom.name():
+        state = _state(json.loads(STATE_FILE.read_text()))
+        if state["domains"] != names:
             raise Refused(
-                f"{state.get('domain')} still has SCHED={state.get('sched')} applied; "
+                f"{', '.join(state['domains'])} still has SCHED={state.get('sched')} applied; "
                 "reset it first"
             )
     if setting.sched in ("none", "fifo", "cfs"):
         return
-    threads = vcpu_threads(dom)
-    top, _scope = domain_cgroups([tid for _, tid in threads])
+    top, _scope = domain_cgroups([tid for _, tid in vcpu_threads(doms[0])])
     if "cpuset" not in _read(top / "cgroup.controllers").split():
         raise Refused(f"SCHED=deadline needs the cgroup v2 cpuset controller in {top}")
-    own = set().union(*vcpu_pins(dom))
-    guests = _guest_cpus(dom)
-    sharing = _sharing(dom, own)
+    own = {dom.name(): set().union(*vcpu_pins(dom)) for dom in doms}
+    every = set().union(*own.values())
+    guests = _guest_cpus(doms[0])
+    sharing = _sharing(doms, every)
     if sharing:
         raise Refused(
-            f"SCHED=deadline makes the real-time VM's CPUs ({_cpulist(own)}) a partition of its "
+            f"SCHED=deadline makes the real-time VM's CPUs ({_cpulist(every)}) a partition of its "
             f"own, but {', '.join(sharing)} runs on them: place the neighbours elsewhere "
             "(hvbench_neighbours.placement) or shut them down first"
         )
@@ -246,7 +249,21 @@ def check(dom, setting: Setting) -> None:
             f"SCHED=deadline makes the guests' CPUs ({_cpulist(guests)}) an exclusive partition, "
             "so the host needs at least one CPU no guest is pinned to"
         )
-    _admission(setting, len(threads), len(own))
+    for dom in doms:  # each VM's CPUs are a partition (a root domain) of their own
+        _admission(setting, len(vcpu_threads(dom)), len(own[dom.name()]))
+
+
+def _state(state: dict) -> dict:
+    """STATE_FILE with the domains it names, also as an agent for one domain wrote it."""
+    if "domain" not in state:
+        return state
+    name = state.pop("domain")
+    state["domains"] = [name]
+    if isinstance(state.get("pins_before"), list):
+        state["pins_before"] = {name: state["pins_before"]}
+    if "libvirt_before" in state:
+        state["libvirt_before"] = {name: state["libvirt_before"]}
+    return state
 
 
 def _save_state(state: dict) -> None:
@@ -254,62 +271,78 @@ def _save_state(state: dict) -> None:
     STATE_FILE.write_text(json.dumps(state, indent=1))
 
 
-def apply(dom, setting: Setting) -> dict:
-    """Apply `setting` to dom's vCPUs (after undoing an earlier apply); returns the readback.
-    On a refusal everything changed so far is undone first."""
+def apply(doms, setting: Setting) -> list[dict]:
+    """Apply `setting` to every domain's vCPUs (after undoing an earlier apply); returns each
+    domain's readback. On a refusal everything changed so far is undone first."""
     libvirt, _ = _libvirt()
-    check(dom, setting)  # before the reset, so that a refusal leaves everything as it was
+    check(doms, setting)  # before the reset, so that a refusal leaves everything as it was
     reset()
-    threads = vcpu_threads(dom)
-    state: dict = {"domain": dom.name(), "sched": setting.sched, "changed": []}
+    state: dict = {"domains": [dom.name() for dom in doms], "sched": setting.sched, "changed": []}
     try:
         if setting.sched == "cfs":
-            before = dom.schedulerParametersFlags(libvirt.VIR_DOMAIN_AFFECT_LIVE)
-            state["libvirt_before"] = {k: before[k] for k in ("vcpu_period", "vcpu_quota")}
-            _save_state(state)
-            dom.setSchedulerParametersFlags(
-                {"vcpu_period": setting.period_us, "vcpu_quota": setting.budget_us},
-                libvirt.VIR_DOMAIN_AFFECT_LIVE,
-            )
+            _apply_cfs(doms, setting, state)
         elif setting.sched == "fifo":
-            for _, tid in threads:
-                nice = linux.sched_getattr(tid).sched_nice
-                state["changed"].append({"tid": tid, "tgid": _tgid(tid), "nice": nice})
-                _save_state(state)
-                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(setting.priority))
+            for dom in doms:
+                for _, tid in vcpu_threads(dom):
+                    _keep_nice(state, tid)
+                    os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(setting.priority))
         elif setting.sched == "deadline":
-            _apply_deadline(dom, setting, threads, state)
+            _apply_deadline(doms, setting, state)
     except (OSError, libvirt.libvirtError, Refused) as e:
         reset()
         if isinstance(e, Refused):
             raise
-        raise Refused(f"SCHED={setting.sched} could not be applied to {dom.name()}: {e}") from e
-    return readback(dom)
+        names = ", ".join(state["domains"])
+        raise Refused(f"SCHED={setting.sched} could not be applied to {names}: {e}") from e
+    return [readback(dom) for dom in doms]
 
 
-def _apply_deadline(dom, setting: Setting, threads: list[tuple[int, int]], state: dict) -> None:
-    top, scope = domain_cgroups([tid for _, tid in threads])
-    own = sorted(set().union(*vcpu_pins(dom)))
-    guests = sorted(_guest_cpus(dom))
-    state["pins_before"] = vcpu_pins(dom)
-    state["cgroups"] = {"top": str(top), "scope": str(scope)}
+def _keep_nice(state: dict, tid: int) -> None:
+    """Record a vCPU thread's nice value (reset puts it back) before its policy changes."""
+    nice = linux.sched_getattr(tid).sched_nice
+    state["changed"].append({"tid": tid, "tgid": _tgid(tid), "nice": nice})
     _save_state(state)
-    # every vCPU may run on all of the VM's CPUs (the partition is its root domain)
-    cpumap = tuple(cpu in own for cpu in range(os.cpu_count() or 1))
-    for index, _ in threads:
-        dom.pinVcpuFlags(index, cpumap, 1)  # VIR_DOMAIN_AFFECT_LIVE
-    state["cpus_before"] = {str(cg): _read(cg / "cpuset.cpus") for cg in (top, scope)}
-    state["partitions"] = [str(top), str(scope)]
+
+
+def _apply_cfs(doms, setting: Setting, state: dict) -> None:
+    libvirt, _ = _libvirt()
+    state["libvirt_before"] = {}
+    for dom in doms:
+        before = dom.schedulerParametersFlags(libvirt.VIR_DOMAIN_AFFECT_LIVE)
+        state["libvirt_before"][dom.name()] = {k: before[k] for k in ("vcpu_period", "vcpu_quota")}
+        _save_state(state)
+        dom.setSchedulerParametersFlags(
+            {"vcpu_period": setting.period_us, "vcpu_quota": setting.budget_us},
+            libvirt.VIR_DOMAIN_AFFECT_LIVE,
+        )
+
+
+def _apply_deadline(doms, setting: Setting, state: dict) -> None:
+    threads = {dom.name(): vcpu_threads(dom) for dom in doms}
+    top = domain_cgroups([tid for _, tid in threads[doms[0].name()]])[0]
+    scopes = {name: domain_cgroups([tid for _, tid in t])[1] for name, t in threads.items()}
+    own = {dom.name(): sorted(set().union(*vcpu_pins(dom))) for dom in doms}
+    guests = sorted(_guest_cpus(doms[0]))
+    state["pins_before"] = {dom.name(): vcpu_pins(dom) for dom in doms}
+    _save_state(state)
+    # every vCPU may run on all of its VM's CPUs (the partition is its root domain)
+    for dom in doms:
+        cpumap = tuple(cpu in own[dom.name()] for cpu in range(os.cpu_count() or 1))
+        for index, _ in threads[dom.name()]:
+            dom.pinVcpuFlags(index, cpumap, 1)  # VIR_DOMAIN_AFFECT_LIVE
+    cgroups = [top, *scopes.values()]
+    state["cpus_before"] = {str(cg): _read(cg / "cpuset.cpus") for cg in cgroups}
+    state["partitions"] = [str(cg) for cg in cgroups]
     _save_state(state)
     _set_cpus(top, _cpulist(guests))
-    _set_cpus(scope, _cpulist(own))
-    _set_partition(top, "root")
-    _set_partition(scope, "root")
-    for _, tid in threads:
-        nice = linux.sched_getattr(tid).sched_nice
-        state["changed"].append({"tid": tid, "tgid": _tgid(tid), "nice": nice})
-    _save_state(state)
-    linux.apply_deadline([tid for _, tid in threads], setting)
+    for name, scope in scopes.items():
+        _set_cpus(scope, _cpulist(own[name]))
+    for cgroup in cgroups:
+        _set_partition(cgroup, "root")
+    tids = [tid for found in threads.values() for _, tid in found]
+    for tid in tids:
+        _keep_nice(state, tid)
+    linux.apply_deadline(tids, setting)
 
 
 def _tgid(tid: int) -> int | None:
@@ -325,18 +358,13 @@ def _tgid(tid: int) -> int | None:
 def reset() -> None:
     """Undo what an earlier `apply` changed, as recorded in STATE_FILE; no-op without it.
 
-    Works also when the domain has stopped since: its threads and scope are gone then, and
+    Works also when a domain has stopped since: its threads and scope are gone then, and
     only the machine slice is put back. A thread id is only touched while it still belongs to
     the QEMU process it was recorded with (ids are reused).
     """
     if not STATE_FILE.exists():
         return
-    libvirt, _ = _libvirt()
-    state = json.loads(STATE_FILE.read_text())
-    try:
-        dom = open_domain(state["domain"])
-    except Refused:
-        dom = None  # stopped or gone
+    state = _state(json.loads(STATE_FILE.read_text()))
     for thread in state.get("changed", []):
         tid = thread["tid"]
         if _tgid(tid) != thread["tgid"]:
@@ -356,31 +384,43 @@ def reset() -> None:
             # the kernel refuses to empty a cpuset with tasks below it, so an empty value (all
             # of the parent's CPUs) comes back as the parent's CPUs written out
             _set_cpus(path, cpus or _read(path.parent / "cpuset.cpus.effective"))
-    if dom is not None:
-        for index, pin in enumerate(state.get("pins_before", [])):
-            cpumap = tuple(cpu in pin for cpu in range(os.cpu_count() or 1))
-            dom.pinVcpuFlags(index, cpumap, 1)
-        if "libvirt_before" in state:
-            dom.setSchedulerParametersFlags(state["libvirt_before"], libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    for name in state["domains"]:
+        _reset_domain(name, state)
     STATE_FILE.unlink()
 
 
+def _reset_domain(name: str, state: dict) -> None:
+    """A domain's own vCPU pins and CFS bandwidth as they were (nothing if it has stopped)."""
+    libvirt, _ = _libvirt()
+    try:
+        dom = open_domain(name)
+    except Refused:
+        return  # stopped or gone
+    for index, pin in enumerate(state.get("pins_before", {}).get(name, [])):
+        cpumap = tuple(cpu in pin for cpu in range(os.cpu_count() or 1))
+        dom.pinVcpuFlags(index, cpumap, 1)
+    if name in state.get("libvirt_before", {}):
+        before = state["libvirt_before"][name]
+        dom.setSchedulerParametersFlags(before, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+
+
 class KvmScheduler:
-    """The kvm backend for one libvirt domain (the real-time VM)."""
+    """The kvm backend for the real-time VMs (libvirt domains): one setting on all of their
+    vCPUs, applied, read back and undone together (a deadline partition spans them all)."""
 
     backend = "kvm"
 
-    def __init__(self, domain: str):
-        self.domain = domain
+    def __init__(self, domains: list[str]):
+        self.domains = domains
 
     def check(self, setting: Setting) -> None:
-        check(open_domain(self.domain), setting)
+        check([open_domain(d) for d in self.domains], setting)
 
-    def apply(self, setting: Setting) -> dict:
-        return apply(open_domain(self.domain), setting)
+    def apply(self, setting: Setting) -> list[dict]:
+        return apply([open_domain(d) for d in self.domains], setting)
 
-    def read(self) -> dict:
-        return readback(open_domain(self.domain))
+    def read(self) -> list[dict]:
+        return [readback(open_domain(d)) for d in self.domains]
 
     def reset(self) -> None:
         reset()

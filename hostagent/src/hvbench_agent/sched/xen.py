@@ -369,25 +369,36 @@ def matches(setting: Setting, back: dict) -> bool:
 
 
 class XenScheduler:
-    """The xen backend for one domain (the real-time VM) and its cpupool."""
+    """The xen backend for the real-time VMs (domains) and their cpupool: one setting on each
+    domain, applied, read back and undone together."""
 
     backend = "xen"
 
-    def __init__(self, domain: str, pool: str = DEFAULT_POOL):
-        self.domain = domain
+    def __init__(self, domains: list[str], pool: str = DEFAULT_POOL):
+        self.domains = domains
         self.pool = pool
 
     def check(self, setting: Setting) -> None:
-        check(self.domain, setting, self.pool)
+        for name in self.domains:
+            check(name, setting, self.pool)
 
-    def apply(self, setting: Setting) -> dict:
-        back = apply(self.domain, setting, self.pool)
-        if not matches(setting, back):
-            raise Refused(f"xl reads back something else than was applied: {back}")
-        return back
+    def apply(self, setting: Setting) -> list[dict]:
+        self.check(setting)  # every domain, before any is touched
+        backs = []
+        try:
+            for name in self.domains:
+                back = apply(name, setting, self.pool)
+                if not matches(setting, back):
+                    raise Refused(f"xl reads back something else than was applied: {back}")
+                backs.append(back)
+        except Refused:
+            self.reset()
+            raise
+        return backs
 
-    def read(self) -> dict:
-        return readback(self.domain)
+    def read(self) -> list[dict]:
+        return [readback(name) for name in self.domains]
 
     def reset(self) -> None:
-        reset(self.domain)
+        for name in self.domains:
+            reset(name)
