@@ -169,7 +169,7 @@ def test_nothing_is_left_running(plain_run):
         (["--sched", "none", "--cap", "153"], "SCHED=none has no CAP=153"),
         (["--cpu-latency", "low"], "CPU_LATENCY must be auto, off or microseconds"),
         (["--scale", "clusters"], "unknown SCALE 'clusters' (did you mean cluster?)"),
-        (["--target", "kvm", "--scale", "cluster"], "SCALE=cluster runs on the bare target"),
+        (["--scale", "cluster", "--brokers", "10"], "BROKERS is 1..9"),
         (["--taskmanagers", "2"], "TASKMANAGERS: for SCALE=cluster"),
         (["--scale", "cluster", "--taskmanagers", "7"], "TASKMANAGERS 1..6"),
         (["--network", "bays"], "unknown NETWORK 'bays' (did you mean bay?)"),

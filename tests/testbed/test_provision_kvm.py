@@ -512,6 +512,48 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     assert_the_neighbour_ran_its_load(meta)
 
 
+def test_make_run_scale_cluster_on_kvm_spreads_kafka_and_flink(host, tmp_path):
+    """SCALE=cluster on the testbed: three KRaft nodes in the messaging machine and a Flink
+    session cluster (JobManager, two TaskManagers) in the real-time machine, every one started
+    over SSH as the testbed starts them, as services side by side (one machine plays each VM,
+    see with_workload); the setting on both nested real-time VMs, read back from each."""
+    results = tmp_path / "results"
+    run_id = f"kvm-cluster-{tmp_path.parent.name}"
+    proc = subprocess.run(
+        make_run(host, results, run_id, SCALE="cluster", TASKMANAGERS=2),
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
+        stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    meta = json.loads((results / run_id / "meta.json").read_text())
+    counts = meta["counts"]
+    assert (counts["sent"], counts["received"], counts["missing"]) == (60, 60, 0)
+    assert counts["accounted"] and counts["malformed_dead_lettered"] == 2
+    kafka = meta["kafka"]
+    assert [n["node_id"] for n in kafka["nodes"]] == [1, 2, 3]
+    assert set(kafka["placement"].values()) == {"messaging (controller)"}
+    assert kafka["replication"] == 3 and kafka["min_insync"] == 2
+    for partition in kafka["topics"]["input"]["partitions"]:
+        assert sorted(partition["isr"]) == [1, 2, 3]
+    flink = meta["flink_cluster"]
+    assert flink["taskmanagers"] == ["realtime (controller)"] * 2 and flink["parallelism"] == 2
+    assert meta["job"]["flink"]["parallelism.default"] == "2"
+    for when in ("sched", "sched_at_end"):
+        for readback in every_vm(meta[when]):
+            assert readback["vcpus"][0]["cpu_max"] == "50000 100000", (when, readback)
+    # one machine stamps both ends; the TaskManagers run there too: one clock throughout
+    assert meta["clock"]["job"]["method"] == "one calibration"
+    install_dir, run_dir = workload_dirs(host)
+    assert here(f"pgrep -af '[/]{str(install_dir)[1:]}' || true").strip() == ""
+    assert list(run_dir.iterdir()) == []
+    logs = {p.name for p in (results / run_id / "logs").iterdir()}
+    assert {"broker-1.log", "broker-2.log", "broker-3.log"} <= logs, logs
+
+
 def assert_the_neighbour_ran_its_load(meta: dict) -> None:
     """NOISE=1:cpu: the neighbour VM ran (read back at the start and the end), stress-ng in it
     did work and reported it, and it is not left running there. Nothing is timed."""

@@ -352,7 +352,8 @@ def test_the_harness_holds_the_neighbour_runs_its_load_and_reads_it_back(host):
     testbed = Testbed(
         host=Machine("host", ssh=to_host, agent_command=("hvbench-agent",)),
         messaging_vms=(Machine("unused"),), realtime_vms=(Machine("unused"),),
-        messaging_addresses=("",), realtime_domains=(GUEST,), install_dir="", work_dir="",
+        messaging_addresses=("",), realtime_addresses=("",), realtime_domains=(GUEST,),
+        install_dir="", work_dir="",
         target="xen",
         neighbours=((NEIGHBOUR, neighbour),),
     )  # fmt: skip

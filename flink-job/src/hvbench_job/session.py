@@ -1,6 +1,8 @@
-"""A Flink standalone session cluster on this machine: one JobManager and N TaskManagers, each
-its own JVM, started from PyFlink's own distribution (its bin/ scripts and lib/ jars), and the
-job submitted to it with `flink run`.
+"""A Flink standalone session cluster: one JobManager and N TaskManagers, each its own JVM,
+started from PyFlink's own distribution (its bin/ scripts and lib/ jars), and the job submitted
+to it with `flink run`. On this machine, or over several (a testbed's real-time VMs): each
+process then runs `python -m hvbench_job.session ROLE ...` there, with the JobManager's address
+and its own (see main).
 
 The cluster lives in a work directory: conf/ (config.yaml written here), lib/ (links to
 PyFlink's jars, plus the Python runtime jar from its opt/ and the Kafka connector, which every
@@ -17,7 +19,9 @@ started process is the JVM itself.
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -48,17 +52,20 @@ class FlinkSession:
         rest_port: int = 8081,
         rpc_port: int = 6123,
         log_dir: Path | str | None = None,
+        jobmanager: str | None = None,
     ) -> None:
         self.work_dir = Path(work_dir).resolve()
         self.log_dir = Path(log_dir).resolve() if log_dir else self.work_dir / "log"
         self.connector_dir = Path(connector_dir).resolve()
-        self.taskmanagers, self.slots, self.host = taskmanagers, slots, host
+        self.taskmanagers, self.slots = taskmanagers, slots
+        # this machine's address, and the JobManager's (the same unless it runs elsewhere)
+        self.host, self.jobmanager = host, jobmanager or host
         self.rest_port, self.rpc_port = rest_port, rpc_port
         self.config = self._config()
 
     @property
     def rest(self) -> str:
-        return f"{self.host}:{self.rest_port}"
+        return f"{self.jobmanager}:{self.rest_port}"
 
     def _config(self) -> dict:
         """The cluster's config.yaml. The TaskManagers run the job's JVM options (hvbench_job.jvm)
@@ -66,12 +73,12 @@ class FlinkSession:
         return {
             "env.java.opts.all": distribution_java_opts(),
             "env.java.opts.taskmanager": " ".join(jvm.JOB_OPTIONS),
-            "jobmanager.bind-host": self.host,
-            "jobmanager.rpc.address": self.host,
+            "jobmanager.bind-host": self.jobmanager,
+            "jobmanager.rpc.address": self.jobmanager,
             "jobmanager.rpc.port": self.rpc_port,
             "jobmanager.memory.process.size": "1024m",
-            "rest.address": self.host,
-            "rest.bind-address": self.host,
+            "rest.address": self.jobmanager,
+            "rest.bind-address": self.jobmanager,
             "rest.port": self.rest_port,
             "taskmanager.bind-host": self.host,
             "taskmanager.host": self.host,
@@ -166,3 +173,56 @@ def distribution_java_opts() -> str:
         if line.strip().startswith("all: --add"):
             return line.split("all:", 1)[1].strip()
     raise SessionError(f"no env.java.opts.all in {PYFLINK / 'conf' / 'config.yaml'}")
+
+
+ROLES = ("jobmanager", "taskmanager", "wait", "submit")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One process of a session cluster over several machines (a testbed's real-time VMs):
+
+        python -m hvbench_job.session jobmanager|taskmanager --work W --connectors C
+               --host OWN --jobmanager ADDRESS --rest-port R --rpc-port P [--log-dir L]
+        python -m hvbench_job.session wait ... --taskmanagers N --timeout S
+        python -m hvbench_job.session submit ... -- JOB-ARGS
+
+    jobmanager and taskmanager prepare their own work directory and become the JVM; wait
+    prints the seconds until N TaskManagers registered (exit 1 if they did not); submit
+    becomes `flink run` with the job's arguments."""
+    p = argparse.ArgumentParser(prog="python -m hvbench_job.session", description=main.__doc__)
+    p.add_argument("role", choices=ROLES)
+    p.add_argument("--work", required=True)
+    p.add_argument("--connectors", required=True, help="the Kafka connector jar's directory")
+    p.add_argument("--host", required=True, help="this machine's address")
+    p.add_argument("--jobmanager", required=True, help="the JobManager's address")
+    p.add_argument("--rest-port", type=int, required=True)
+    p.add_argument("--rpc-port", type=int, required=True)
+    p.add_argument("--log-dir")
+    p.add_argument("--taskmanagers", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("job_args", nargs="*")
+    args = p.parse_args(argv)
+    session = FlinkSession(
+        args.work, args.connectors, taskmanagers=args.taskmanagers, host=args.host,
+        rest_port=args.rest_port, rpc_port=args.rpc_port, log_dir=args.log_dir,
+        jobmanager=args.jobmanager,
+    )  # fmt: skip
+    try:
+        if args.role == "wait":
+            print(f"{session.wait_ready(args.timeout):.1f}")
+            return 0
+        session.prepare()
+    except SessionError as e:
+        print(f"session: {e}", file=sys.stderr)
+        return 1
+    command = {
+        "jobmanager": session.jobmanager_command,
+        "taskmanager": session.taskmanager_command,
+        "submit": lambda: session.submit_command(args.job_args),
+    }[args.role]()
+    os.execvp(command[0], command)
+    return 1  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -137,24 +137,21 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
 
 
 def check_scale(args: argparse.Namespace) -> None:
-    """SCALE: one or cluster (hvbench_harness.cluster), the cluster on the bare target only."""
+    """SCALE: one or cluster (hvbench_harness.cluster). BROKERS defaults to 3; TASKMANAGERS
+    to 2 here, on a testbed to one per real-time VM (TestbedTarget.scale_out)."""
     if args.scale not in SCALES:
         raise RunError(
             f"unknown SCALE {args.scale!r}{spec.suggest(args.scale, SCALES)}; "
             f"valid: {', '.join(SCALES)}"
-        )
-    if args.scale == "cluster" and args.target != "bare":
-        raise RunError(
-            "SCALE=cluster runs on the bare target; on a testbed the inventory's layout gives "
-            "the cluster"
         )
     given = [n for n in ("brokers", "taskmanagers") if getattr(args, n) is not None]
     if given and args.scale != "cluster":
         raise RunError(f"{', '.join(n.upper() for n in given)}: for SCALE=cluster")
     if args.scale == "cluster":
         args.brokers = 3 if args.brokers is None else args.brokers
-        args.taskmanagers = 2 if args.taskmanagers is None else args.taskmanagers
-        if not 1 <= args.brokers <= 9 or not 1 <= args.taskmanagers <= spec.PRODUCERS:
+        if args.taskmanagers is None and args.target == "bare":
+            args.taskmanagers = 2
+        if not 1 <= args.brokers <= 9 or not 1 <= (args.taskmanagers or 1) <= spec.PRODUCERS:
             raise RunError(
                 f"BROKERS is 1..9 and TASKMANAGERS 1..{spec.PRODUCERS} (one input partition "
                 f"per detector: more tasks would idle)"
@@ -296,6 +293,19 @@ def measure(
     if steal is not None:
         meta_doc["steal_while_sending"] = steal
     meta_doc["sched_at_end"] = target.scheduler.read()
+
+
+def job_clock(samples, target: Target) -> dict:
+    """meta.json `clock.job`: how the job's stamps relate to the run's clock. TaskManagers
+    on several machines stamp on as many clocks, whose offsets the records cannot tell apart:
+    the stage legs are then left unknown (the latencies themselves are unaffected)."""
+    if target.job_clocks > 1 and not target.job_shares_clock:
+        reason = (
+            f"the job's TaskManagers run on {target.job_clocks} machines, each stamping on "
+            "its own clock"
+        )
+        return {"method": "none", "known": False, "reason": reason}
+    return stages.clock_relation(samples, target.job_shares_clock)
 
 
 def default_run_id(target: str, setting: Setting) -> str:
@@ -543,7 +553,7 @@ def finish(
     meta_doc.setdefault("clock", {})["stamps"] = (
         "TSC ns, one calibration shared by producers and consumer " + facts.get("stamps_where", "")
     )
-    meta_doc["clock"]["job"] = stages.clock_relation(samples, target.job_shares_clock)
+    meta_doc["clock"]["job"] = job_clock(samples, target)
     logs = [work / name for name in RUN_LOGS if (work / name).exists()]
     logs += sorted((work / "flink-log").glob("*.log")) + sorted(work.glob("noise-*.log"))
     logs += sorted(work.glob("workload-*.log")) + sorted(work.glob("kafka/node-*/broker-*.log"))

@@ -98,12 +98,14 @@ FIELDS = (
           "bare: where the loads run: job (the job's CPUs), apart (the others) or a CPU list",
           "noise_cpus"),
     Field("scale", str, "one", "--scale",
-          "bare: one (a broker, a Flink JVM) or cluster (BROKERS brokers, replication up to 3, "
+          "one (a broker, a Flink JVM) or cluster (BROKERS brokers, replication up to 3, "
           "min in-sync up to 2; a Flink session cluster of TASKMANAGERS TaskManagers, the job at "
-          "that parallelism) (docs/cluster.md)", "scale"),
+          "that parallelism; on a testbed over its messaging and real-time VMs) "
+          "(docs/cluster.md)", "scale"),
     Field("brokers", int, None, "--brokers", "SCALE=cluster: Kafka nodes, 3 if unset", "brokers"),
     Field("taskmanagers", int, None, "--taskmanagers",
-          "SCALE=cluster: TaskManagers, one slot each: the job's parallelism; 2 if unset",
+          "SCALE=cluster: TaskManagers, one slot each: the job's parallelism; 2 if unset (on a "
+          "testbed one per real-time VM)",
           "taskmanagers"),
     Field("job_cpus", str, None, "--job-cpus",
           "bare: the CPUs the job may use, a list such as 1 or 2-3; unset: all", "job_cpus"),

@@ -26,7 +26,7 @@ from hvbench_load.broker import KafkaBroker, KafkaCluster
 
 import tsc_timer
 from hvbench_harness import readiness, spec
-from hvbench_harness.cluster import LocalCluster
+from hvbench_harness.cluster import LocalCluster, TestbedCluster
 from hvbench_harness.hosttrace import HostTrace
 from hvbench_harness.neighbours import LocalNoise, TestbedNoise, assign
 from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, tail
@@ -76,6 +76,7 @@ class BareTarget:
     name = "bare"
     ready_timeout_s = 180.0
     job_shares_clock = True  # the job adopts the run's calibration: one clock for every stamp
+    job_clocks = 1  # the machines the job's stamps come from
 
     def __init__(self, args: argparse.Namespace, run_id: str, cpu_latency: tuning.CpuLatency):
         self.args, self.cpu_latency = args, cpu_latency
@@ -294,6 +295,7 @@ class TestbedTarget:
         # the job stamps on the run's clock only where it runs on the messaging machine (the
         # same SSH destination), else on its own, whose offset the run's records bound
         self.job_shares_clock = self.realtime.ssh == self.messaging.ssh
+        self.job_clocks = 1  # a cluster's TaskManagers may stamp on several (scale_out)
         base = self.testbed.install_dir  # where the guest roles put everything
         self.paths = Paths(
             f"{base}/data/pems",
@@ -302,6 +304,7 @@ class TestbedTarget:
             f"{base}/flink/lib",
             f"{self.testbed.work_dir}/{run_id}",
         )
+        self.cluster = self.scale_out(args)
         self.scheduler = HostScheduler(self.testbed)
         self.readiness: dict = {}
         self.broker: subprocess.Popen | None = None
@@ -315,8 +318,22 @@ class TestbedTarget:
             f"({', '.join(self.testbed.realtime_domains)})"
         )
 
+    def scale_out(self, args: argparse.Namespace) -> TestbedCluster | None:
+        """SCALE=cluster: one TaskManager per real-time VM unless TASKMANAGERS says; the job
+        shares the run's clock only if every TaskManager runs on the messaging machine."""
+        if args.scale != "cluster":
+            return None
+        if args.taskmanagers is None:
+            args.taskmanagers = min(len(self.testbed.realtime_vms), spec.PRODUCERS)
+        cluster = TestbedCluster(args, self.testbed, self.paths)
+        used = {vm.ssh for vm in self.testbed.realtime_vms[: args.taskmanagers]}
+        self.job_shares_clock = used == {self.messaging.ssh}
+        self.job_clocks = len(used)
+        return cluster
+
     def machines(self) -> set[Machine]:
-        return {self.messaging, self.realtime}
+        used = {self.messaging, self.realtime}
+        return used | self.cluster.machines() if self.cluster else used
 
     def check(self, setting: Setting, require: list[str]) -> None:
         """The neighbours asked for, admission and the domain on the host, then every
@@ -341,11 +358,13 @@ class TestbedTarget:
         }
 
     def unused_vms(self) -> dict:
-        """The inventory's further messaging and real-time VMs (a cluster's): they get the
-        scheduler setting (the real-time ones) but run no part of this run."""
-        unused = [
-            vm.name for vm in (*self.testbed.messaging_vms[1:], *self.testbed.realtime_vms[1:])
-        ]
+        """The inventory's messaging and real-time VMs that run no part of this run: with
+        SCALE=one all but the first of each, with SCALE=cluster those beyond BROKERS and
+        TASKMANAGERS. Real-time VMs among them still get the scheduler setting."""
+        tb, cluster = self.testbed, self.cluster is not None
+        messaging = self.args.brokers if cluster else 1
+        realtime = self.args.taskmanagers if cluster else 1
+        unused = [vm.name for vm in (*tb.messaging_vms[messaging:], *tb.realtime_vms[realtime:])]
         return {"without a part": unused} if unused else {}
 
     def hypervisor(self) -> dict:
@@ -393,7 +412,13 @@ class TestbedTarget:
         return calibration, held
 
     def start_broker(self, parts: Parts) -> dict:
-        """Kafka in the messaging VM, listening on the guests' private network only."""
+        """Kafka in the messaging VM, listening on the guests' private network only; on a
+        cluster, its nodes over the messaging VMs."""
+        if self.cluster is not None:
+            return {
+                **self.cluster.start_kafka(parts),
+                "restarts_allowed": self.args.broker_restarts,
+            }
         broker = parts.start(
             "Kafka",
             self.messaging,
@@ -428,9 +453,14 @@ class TestbedTarget:
     def job_started(self, job: subprocess.Popen) -> str:
         return f"in {self.realtime.name}"
 
-    def job_command(self, _parts: Parts, job_args: list[str]) -> list[str]:
-        """The job in the real-time VM (whose vCPUs its inventory pins)."""
-        return [*job_env(self.paths.work), *self.realtime.module("hvbench_job.job", *job_args)]
+    def job_command(self, parts: Parts, job_args: list[str]) -> list[str]:
+        """The job in the real-time VM (whose vCPUs its inventory pins); on a cluster, the
+        session cluster is started first and the job submitted to it from there."""
+        env = job_env(self.paths.work)
+        if self.cluster is None:
+            return [*env, *self.realtime.module("hvbench_job.job", *job_args)]
+        self.cluster.start_flink(parts, env)
+        return self.cluster.job_command(env, job_args)
 
     def start_noise(self, parts: Parts) -> dict | None:
         """NOISE: every neighbour VM held as asked (those not named shut down), loads and
@@ -455,7 +485,7 @@ class TestbedTarget:
             self.noise.stop()
 
     def job_placement(self) -> dict:
-        return {}
+        return {"flink_cluster": self.cluster.describe()} if self.cluster else {}
 
     def part_gone(self, job: subprocess.Popen) -> str | None:
         """Why the run cannot go on: the job or the broker (or the SSH session that tethers
@@ -466,6 +496,8 @@ class TestbedTarget:
                 f"the Flink job in {self.realtime.name} (or its SSH session) ended with "
                 f"{job.returncode}:\n{tail(work / 'job.out')}"
             )
+        if self.cluster is not None:
+            return self.cluster.gone()
         if self.broker is None:
             return None
         while (line := next_line(self.broker_lines, 0)) is not None:
@@ -479,7 +511,7 @@ class TestbedTarget:
         return None
 
     def faults(self) -> list[dict]:
-        return list(self.broker_faults)
+        return self.cluster.faults() if self.cluster else list(self.broker_faults)
 
     def start_trace(self, parts: Parts) -> None:
         """TRACE=1: the real-time VM's vCPUs as the host's scheduler ran them, from now until

@@ -139,6 +139,7 @@ class Testbed:
     realtime_vms: tuple[Machine, ...]
     # the brokers listen here, on the guests' private network, one address per messaging VM
     messaging_addresses: tuple[str, ...]
+    realtime_addresses: tuple[str, ...]  # the same for the real-time VMs (Flink's processes)
     realtime_domains: tuple[str, ...]  # every real-time VM's name on the host (libvirt or xl)
     install_dir: str
     work_dir: str
@@ -162,6 +163,10 @@ class Testbed:
     @property
     def messaging_address(self) -> str:
         return self.messaging_addresses[0]
+
+    @property
+    def realtime_address(self) -> str:
+        return self.realtime_addresses[0]
 
     @property
     def realtime_domain(self) -> str:
@@ -195,6 +200,7 @@ class Testbed:
             messaging_vms=vms("messaging"),
             realtime_vms=vms("realtime"),
             messaging_addresses=tuple(c["private_address"] for c in doc["messaging_vms"]),
+            realtime_addresses=tuple(c["private_address"] for c in doc["realtime_vms"]),
             realtime_domains=tuple(doc["realtime_domains"]),
             install_dir=doc["install_dir"],
             work_dir=doc["work_dir"],

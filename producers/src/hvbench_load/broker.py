@@ -55,9 +55,19 @@ class BrokerError(RuntimeError):
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return free_ports(host, 1)[0]
+
+
+def free_ports(host: str, count: int) -> list[int]:
+    """`count` distinct ports free on host now (each socket is held until all are found)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def new_cluster_id() -> str:
@@ -99,11 +109,24 @@ class Quorum:
     def alone(cls, host: str, controller_port: int) -> Quorum:
         return cls(1, {1: f"{host}:{controller_port}"}, new_cluster_id())
 
+    def voters_text(self) -> str:
+        """The voters as --voters takes them: 1@host:port,2@host:port,..."""
+        return ",".join(f"{node}@{address}" for node, address in self.voters.items())
+
+    @staticmethod
+    def parse_voters(text: str) -> dict[int, str]:
+        voters = {}
+        for item in text.split(","):
+            node, _, address = item.partition("@")
+            if not node.isdigit() or ":" not in address:
+                raise BrokerError(f"--voters: {item!r} is not NODE@HOST:PORT")
+            voters[int(node)] = address
+        return voters
+
     def properties(self) -> dict[str, str]:
         if len(self.voters) == 1:  # a dynamic quorum of one, formatted --standalone
             return {"controller.quorum.bootstrap.servers": next(iter(self.voters.values()))}
-        voters = ",".join(f"{node}@{address}" for node, address in self.voters.items())
-        return {"controller.quorum.voters": voters}  # static: formatted with no options
+        return {"controller.quorum.voters": self.voters_text()}  # static: formatted with no options
 
     def format_options(self) -> list[str]:
         return ["--standalone"] if len(self.voters) == 1 else []
@@ -321,17 +344,7 @@ class KafkaBroker:
 
     def knows(self, names: list[str], replicas: int) -> bool:
         """This node has every partition of the topics with a leader and `replicas` in sync."""
-        try:
-            metadata = self.admin().list_topics(timeout=5)
-        except KafkaException:
-            return False
-        for name in names:
-            topic = metadata.topics.get(name)
-            if topic is None or topic.error is not None or not topic.partitions:
-                return False
-            if any(p.leader < 0 or len(p.isrs) < replicas for p in topic.partitions.values()):
-                return False
-        return True
+        return knows(self.bootstrap, names, replicas)
 
     def topics(self) -> list[str]:
         return sorted(
@@ -450,14 +463,10 @@ class KafkaCluster:
             raise
 
     def create_topics(self, names: list[str], partitions: int = 1, timeout: float = 60) -> None:
-        """Create the topics, then wait until every node knows each partition's leader and
-        every replica is in sync: until then a node answers for the topics with "unknown"."""
+        """Create the topics, then wait until every node knows them (wait_known)."""
         self.brokers[0].create_topics(names, partitions)
-        deadline = time.monotonic() + timeout
-        while not all(b.knows(names, self.brokers[0].quorum.replication) for b in self.brokers):
-            if time.monotonic() > deadline:
-                raise BrokerError(f"topics {names} not on every node after {timeout:.0f} s")
-            time.sleep(0.2)
+        replicas = self.brokers[0].quorum.replication
+        wait_known([b.bootstrap for b in self.brokers], names, replicas, timeout)
 
     def keep(self, restarts: int, poll_s: float = 0.5) -> None:
         for broker in self.brokers:
@@ -496,6 +505,47 @@ class KafkaCluster:
         }
 
 
+def knows(bootstrap: str, names: list[str], replicas: int) -> bool:
+    """The node at bootstrap has every partition of the topics with a leader and `replicas`
+    in sync."""
+    try:
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+    except KafkaException:
+        return False
+    for name in names:
+        topic = metadata.topics.get(name)
+        if topic is None or topic.error is not None or not topic.partitions:
+            return False
+        if any(p.leader < 0 or len(p.isrs) < replicas for p in topic.partitions.values()):
+            return False
+    return True
+
+
+def wait_known(bootstraps: list[str], names: list[str], replicas: int, timeout: float) -> None:
+    """Until every node knows each partition's leader and every replica is in sync: before
+    that, a node answers for the topics with "unknown"."""
+    deadline = time.monotonic() + timeout
+    while not all(knows(b, names, replicas) for b in bootstraps):
+        if time.monotonic() > deadline:
+            raise BrokerError(f"topics {names} not on every node after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def wait_registered(broker: KafkaBroker, count: int, timeout: float) -> None:
+    """Until `count` brokers are registered with the cluster: a topic replicated on them
+    cannot be created before (the other nodes may still be starting)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if len(broker.admin().list_topics(timeout=5).brokers) >= count:
+                return
+        except KafkaException:
+            pass
+        if time.monotonic() > deadline:
+            raise BrokerError(f"fewer than {count} brokers registered after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
 def read_topics(admin: AdminClient) -> dict:
     """Each topic's partitions (leader, replicas, in-sync) and min.insync.replicas, read back
     from the cluster."""
@@ -526,21 +576,44 @@ def java_version(java: str = "java") -> str:
 def main(argv: list[str] | None = None) -> int:
     """Serve a broker for a run on another machine: start it, create the topics, print what
     runs (one JSON line), then one JSON line per fault ({"fault": {...}}); stop it on SIGTERM
-    (see hvbench-agent tether). Exits 1 if the broker is gone for good."""
+    (see hvbench-agent tether). Exits 1 if the broker is gone for good.
+
+    In a cluster over several machines (--voters) each node runs this with its own --node-id,
+    ports and the cluster's id; the node given --topics creates them once it serves and waits
+    until every node of --peers knows them. `--free-ports N` only prints N free ports of --host
+    (the harness picks the nodes' ports before any starts)."""
     p = argparse.ArgumentParser(prog="python -m hvbench_load.broker", description=main.__doc__)
-    p.add_argument("--libs", required=True, help="the Kafka jars")
-    p.add_argument("--work", required=True, help="configuration, data and log")
+    p.add_argument("--libs", help="the Kafka jars")
+    p.add_argument("--work", help="configuration, data and log")
     p.add_argument("--host", required=True, help="the address to listen on")
-    p.add_argument("--topics", required=True, help="comma-separated")
+    p.add_argument("--topics", default="", help="comma-separated, each NAME or NAME:PARTITIONS")
     p.add_argument("--restarts", type=int, default=1, help="restarts allowed if it exits")
+    p.add_argument("--free-ports", type=int, default=0, help="print this many free ports")
+    p.add_argument("--port", type=int, help="the client port (default: a free one)")
+    p.add_argument("--controller-port", type=int, help="the controller port (default: free)")
+    p.add_argument("--node-id", type=int, default=1)
+    p.add_argument("--voters", help="a cluster's controllers: 1@HOST:PORT,2@HOST:PORT,...")
+    p.add_argument("--cluster-id", help="a cluster's id (every node the same)")
+    p.add_argument("--replication", type=int, default=1)
+    p.add_argument("--min-insync", type=int, default=1)
+    p.add_argument("--peers", default="", help="every node's HOST:PORT (with --topics)")
     args = p.parse_args(argv)
+    if args.free_ports:
+        print(json.dumps(free_ports(args.host, args.free_ports)))
+        return 0
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    broker = KafkaBroker(args.libs, args.work, host=args.host)
+    try:
+        broker = node(args)
+    except BrokerError as e:
+        print(f"broker: {e}", file=sys.stderr)
+        return 1
     try:
         broker.start(timeout=300)  # a JVM inside a slow guest takes its time
-        broker.create_topics(args.topics.split(","))
-        print(json.dumps(broker.describe()), flush=True)
+        described = {**broker.describe(), "node_id": broker.quorum.node_id}
+        if args.topics:
+            described["topics"] = create(broker, args.topics, args.peers)
+        print(json.dumps(described), flush=True)
         broker.keep(args.restarts)
         return serve(broker, stop)
     except BrokerError as e:
@@ -548,6 +621,39 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         broker.stop()
+
+
+def node(args: argparse.Namespace) -> KafkaBroker:
+    """The broker the command line asks for: alone, or one node of a cluster (--voters)."""
+    if not args.libs or not args.work:
+        raise BrokerError("--libs and --work are needed to serve a broker")
+    quorum = None
+    if args.voters:
+        if not args.cluster_id or not args.controller_port:
+            raise BrokerError("a cluster's node needs --cluster-id and --controller-port")
+        voters = Quorum.parse_voters(args.voters)
+        quorum = Quorum(args.node_id, voters, args.cluster_id, args.replication, args.min_insync)
+    return KafkaBroker(
+        args.libs,
+        args.work,
+        host=args.host,
+        port=args.port,
+        controller_port=args.controller_port,
+        quorum=quorum,
+    )
+
+
+def create(broker: KafkaBroker, topics: str, peers: str) -> dict:
+    """Create the topics (NAME or NAME:PARTITIONS); with peers, wait until every node knows
+    them. Returns them as the cluster reads them back."""
+    bootstraps = peers.split(",") if peers else [broker.bootstrap]
+    wait_registered(broker, len(bootstraps), timeout=300)
+    for item in topics.split(","):
+        name, _, partitions = item.partition(":")
+        broker.create_topics([name], int(partitions or 1))
+    names = [item.partition(":")[0] for item in topics.split(",")]
+    wait_known(bootstraps, names, broker.quorum.replication, timeout=120)
+    return read_topics(broker.admin())
 
 
 def serve(broker: KafkaBroker, stop: threading.Event) -> int:
