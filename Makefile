@@ -143,6 +143,8 @@ data: $(STAMP) ## generate PeMS-layout traffic data into DATA_DIR [DAYS START SE
 
 # The LSTM learns from the six freeway detectors' data (the study's); NETWORK=bay runs use it too.
 TRAIN_DATA = $(if $(filter bay,$(NETWORK)),data/pems,$(DATA_DIR))
+# The guest bundle carries both networks' data: the freeway's (TRAIN_DATA) and the bay's.
+BAY_DATA_DIR ?= data/pems-bay
 train: $(STAMP) ## train the LSTM and export it for serving into MODEL_DIR [EPOCHS SEED]
 	@ls $(TRAIN_DATA)/*.txt.gz >/dev/null 2>&1 || \
 		$(MAKE) --no-print-directory data NETWORK=freeway DATA_DIR=$(TRAIN_DATA)
@@ -210,7 +212,10 @@ controller-tools:
 # GUEST_BUNDLE, MODEL_DIR and DATA_DIR may point elsewhere (the tests bundle a small model).
 guest-bundle: $(GUEST_BUNDLE) ## what the guest roles install (wheels, jars, model, data), in one file
 $(GUEST_BUNDLE): $(STAMP) $(AGENT_WHEEL) $(KAFKA_LIBS)/.resolved $(FLINK_LIB)/.resolved constraints.txt $(GUEST_SOURCES)
-	@ls $(DATA_DIR)/*.txt.gz >/dev/null 2>&1 || $(MAKE) --no-print-directory data
+	@ls $(TRAIN_DATA)/*.txt.gz >/dev/null 2>&1 || \
+		$(MAKE) --no-print-directory data NETWORK=freeway DATA_DIR=$(TRAIN_DATA)
+	@ls $(BAY_DATA_DIR)/*.txt.gz >/dev/null 2>&1 || \
+		$(MAKE) --no-print-directory data NETWORK=bay DATA_DIR=$(BAY_DATA_DIR)
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train
 	rm -rf $(BUNDLE_DIR) && mkdir -p $(BUNDLE_DIR)/kafka $(BUNDLE_DIR)/flink $(BUNDLE_DIR)/data
 	$(VENV)/bin/pip wheel -q --disable-pip-version-check -w $(BUNDLE_DIR)/wheels -c constraints.txt $(GUEST_PACKAGES)
@@ -218,7 +223,8 @@ $(GUEST_BUNDLE): $(STAMP) $(AGENT_WHEEL) $(KAFKA_LIBS)/.resolved $(FLINK_LIB)/.r
 		./flink-job ./tsc_timer ./producers ./harness ./analysis
 	cp build/agent/*.whl constraints.txt $(BUNDLE_DIR)/wheels/
 	cp -r $(KAFKA_LIBS) $(BUNDLE_DIR)/kafka/libs && cp -r $(FLINK_LIB) $(BUNDLE_DIR)/flink/lib
-	cp -r $(MODEL_DIR) $(BUNDLE_DIR)/model && cp -r $(DATA_DIR) $(BUNDLE_DIR)/data/pems
+	cp -r $(MODEL_DIR) $(BUNDLE_DIR)/model && cp -r $(TRAIN_DATA) $(BUNDLE_DIR)/data/pems
+	cp -r $(BAY_DATA_DIR) $(BUNDLE_DIR)/data/pems-bay
 	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --exclude=.resolved \
 		-C $(BUNDLE_DIR) -cf $@.tmp . && mv $@.tmp $@ && rm -rf $(BUNDLE_DIR)
 

@@ -373,3 +373,30 @@ def test_make_run_without_target_follows_the_inventory(tmp_path):
     )
     once = make_run("HOST=root@192.0.2.99", "SCHED=rtds", "BUDGET=1000")
     assert once.returncode != 0 and "HOST=root@192.0.2.99: say TARGET=kvm or xen" in once.stderr
+
+
+def test_a_testbed_run_checks_its_networks_data_where_the_producers_read_it(tmp_path):
+    from types import SimpleNamespace
+
+    from hvbench_harness.parts import RunError
+    from hvbench_harness.target import TestbedTarget
+
+    def check(network: str, data: Path) -> None:
+        target = SimpleNamespace(
+            paths=SimpleNamespace(data=str(data)),
+            messaging=Machine("messaging (here)"),
+            args=SimpleNamespace(network=network),
+        )
+        TestbedTarget.check_data(target)
+
+    generated, real, empty = tmp_path / "generated", tmp_path / "real", tmp_path / "empty"
+    for folder in (generated, real, empty):
+        folder.mkdir()
+    (generated / "generated.json").write_text('{"network": "bay"}')
+    (real / "d04_text_station_5min_2024_03_01.txt.gz").write_bytes(b"")
+    check("bay", generated)
+    check("bay", real)  # real PeMS files say nothing of their network: taken as they are
+    with pytest.raises(RunError, match="is for NETWORK=bay, not freeway"):
+        check("freeway", generated)
+    with pytest.raises(RunError, match=r"no bay data at .*provision the testbed again"):
+        check("bay", empty)

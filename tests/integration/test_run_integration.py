@@ -173,7 +173,6 @@ def test_nothing_is_left_running(plain_run):
         (["--taskmanagers", "2"], "TASKMANAGERS: for SCALE=cluster"),
         (["--scale", "cluster", "--taskmanagers", "7"], "TASKMANAGERS 1..6"),
         (["--network", "bays"], "unknown NETWORK 'bays' (did you mean bay?)"),
-        (["--target", "kvm", "--network", "bay"], "NETWORK=bay runs on the bare target"),
         (["--network", "bay"], "is for NETWORK=freeway, not bay (make data NETWORK=bay"),
     ],
 )

@@ -114,7 +114,8 @@ def workload_dirs(host) -> tuple[Path, Path]:
 
 
 def guest_bundle(out: Path, model: Path, data: Path) -> Path:
-    """The guest roles' bundle, with the tests' small model and data (make guest-bundle)."""
+    """The guest roles' bundle, with the tests' small model and data (make guest-bundle), and
+    a day of the bay network's."""
     bundle = out / "guest-bundle.tar"
     subprocess.run(
         [
@@ -124,6 +125,8 @@ def guest_bundle(out: Path, model: Path, data: Path) -> Path:
             f"GUEST_BUNDLE={bundle}",
             f"MODEL_DIR={model}",
             f"DATA_DIR={data}",
+            f"BAY_DATA_DIR={out / 'pems-bay'}",
+            "DAYS=1",
         ],
         cwd=REPO,
         check=True,
@@ -407,6 +410,10 @@ def test_the_workload_is_installed_where_it_runs(host):
     assert out.startswith("1\n") and "openjdk" in out
     assert "kafka_2.13-4.3.1.jar" in here(f"ls {install_dir}/kafka/libs")
     assert "manifest.json" in here(f"ls {install_dir}/model")
+    # both networks' data, so that NETWORK=bay runs here too
+    for network, folder in (("freeway", "pems"), ("bay", "pems-bay")):
+        generated = json.loads(here(f"cat {install_dir}/data/{folder}/generated.json"))
+        assert generated.get("network", "freeway") == network
     # tensorflow is not in the workload's venv: the job serves the model with LiteRT
     assert "no" in here(f"{install_dir}/venv/bin/pip show tensorflow-cpu || echo no")
     # the guest roles did not touch the host VM, whose nested guests they stand for

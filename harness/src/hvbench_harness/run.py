@@ -159,15 +159,13 @@ def check_scale(args: argparse.Namespace) -> None:
 
 
 def check_network(args: argparse.Namespace) -> None:
-    """NETWORK is known; bay runs on the bare target (a testbed's bundle carries the freeway
-    data only)."""
+    """NETWORK is known (its data is checked where it is: here in check_settings, on a
+    testbed in TestbedTarget.check)."""
     if args.network not in spec.DETECTORS:
         raise RunError(
             f"unknown NETWORK {args.network!r}{spec.suggest(args.network, spec.DETECTORS)}; "
             f"valid: {', '.join(spec.DETECTORS)}"
         )
-    if args.network != "freeway" and args.target != "bare":
-        raise RunError(f"NETWORK={args.network} runs on the bare target for now")
 
 
 def data_network(data: Path) -> str | None:

@@ -33,6 +33,8 @@ from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, t
 from hvbench_harness.testbed import HostScheduler, Machine, Testbed, TestbedError, resolve
 
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
+# Where a testbed's guests keep each network's traffic data, under their install directory.
+DATA_DIRS = {"freeway": "pems", "bay": "pems-bay"}
 # Threads of the job's JVM that handle records (comm names, cut to 15 characters by the
 # kernel): the chained task of source + Python operator + sink, the Kafka source's fetcher,
 # and the network thread of the results' Kafka sink: three threads. (Dead letters go out
@@ -298,7 +300,7 @@ class TestbedTarget:
         self.job_clocks = 1  # a cluster's TaskManagers may stamp on several (scale_out)
         base = self.testbed.install_dir  # where the guest roles put everything
         self.paths = Paths(
-            f"{base}/data/pems",
+            f"{base}/data/{DATA_DIRS[args.network]}",
             f"{base}/model",
             f"{base}/kafka/libs",
             f"{base}/flink/lib",
@@ -340,8 +342,27 @@ class TestbedTarget:
         machine's readiness."""
         neighbour_vms = [d for d, _ in self.testbed.neighbours]
         assign(neighbours.parse(self.args.noise), neighbour_vms, self.testbed.workload_neighbours)
+        self.check_data()
         self.scheduler.check(setting)
         self.readiness = check_readiness(*readiness.check_testbed(self.testbed, require), self.args)
+
+    def check_data(self) -> None:
+        """The network's data is where the producers read it (the guest bundle carries both
+        networks'); data that says nothing of its network (real PeMS files) is taken as is."""
+        data, machine = self.paths.data, self.messaging
+        found = machine.run(["cat", f"{data}/generated.json"], check=False)
+        if found.returncode == 0:
+            generated_for = json.loads(found.stdout).get("network", "freeway")
+            if generated_for != self.args.network:
+                raise RunError(
+                    f"the data at {data} in {machine.name} is for NETWORK={generated_for}, "
+                    f"not {self.args.network}"
+                )
+        elif machine.run(["sh", "-c", f"ls {data}/*.txt.gz"], check=False).returncode != 0:
+            raise RunError(
+                f"no {self.args.network} data at {data} in {machine.name}: provision the "
+                "testbed again (make provision bundles both networks' data)"
+            )
 
     def describe(self) -> dict:
         return {
