@@ -73,7 +73,7 @@ def small_testbed_vars(key: Path, bundle: Path | None = None) -> dict:
         "hvbench_ssh_public_key_file": str(key.with_suffix(".pub")),
         **({"hvbench_guest_bundle": str(bundle)} if bundle else {}),
         "guest_image_controller_cache": str(CACHE / "images"),
-        "hvbench_guests": guests(),
+        # (hvbench_guests is the inventory's: with_workload)
         # The host VM's emulated CPU under TCG: nested guests keep QEMU's default model.
         "guests_kvm_cpu_mode": "",
     }
@@ -91,8 +91,11 @@ def with_workload(inventory: Path, controller: ControllerSSH) -> None:
     # win over the inventory's group_vars/all.yml
     install_dir, run_dir = workload_dirs_of(inventory)
     dirs = {"hvbench_install_dir": str(install_dir), "hvbench_run_dir": str(run_dir)}
-    # the neighbour VM is the inventory's, as on a lab host: make run reads it from there
-    doc["kvm_hosts"]["hosts"]["testhost"].update(dirs, hvbench_neighbours=NEIGHBOURS)
+    # the guests and the neighbour VM are the inventory's, as on a lab host: make run and make
+    # sched read them from there (a playbook's -e is seen by that playbook only)
+    doc["kvm_hosts"]["hosts"]["testhost"].update(
+        dirs, hvbench_guests=guests(), hvbench_neighbours=NEIGHBOURS
+    )
     here = controller.inventory_host(hvbench_private_address="127.0.0.1", **dirs)
     for group in ("messaging_vms", "realtime_vms"):
         doc[group] = {"hosts": {"controller": here}}
