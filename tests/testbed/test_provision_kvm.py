@@ -458,16 +458,13 @@ def make_run(host, results: Path, run_id: str, **settings: int | str) -> list[st
     ]
 
 
-def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_path):
-    """make run TARGET=kvm for real: the harness here, Kafka, producers, consumer and the job
-    started over SSH on the machine that plays both guests (see with_workload), the cfs setting
-    on the nested real-time VM's vCPU on the host VM, through its agent; TRACE=1 and
-    BASELINE=1 (a 3 s noise floor) on top."""
+def finished_run(host, tmp_path: Path, name: str, **settings) -> tuple[Path, dict]:
+    """make_run to its end, which must be a success: the run's folder and its meta.json."""
     results = tmp_path / "results"
     # one run id per session: a failed run leaves its work/<run-id> (logs) in the checkout
-    run_id = f"kvm-cfs-{tmp_path.parent.name}"
+    run_id = f"{name}-{tmp_path.parent.name}"
     proc = subprocess.run(
-        make_run(host, results, run_id, TRACE=1, BASELINE=1, BASELINE_S=3, NOISE="1:cpu"),
+        make_run(host, results, run_id, **settings),
         cwd=REPO,
         env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
         stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin
@@ -476,7 +473,17 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
         timeout=2400,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    meta = json.loads((results / run_id / "meta.json").read_text())
+    return results / run_id, json.loads((results / run_id / "meta.json").read_text())
+
+
+def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_path):
+    """make run TARGET=kvm for real: the harness here, Kafka, producers, consumer and the job
+    started over SSH on the machine that plays both guests (see with_workload), the cfs setting
+    on the nested real-time VM's vCPU on the host VM, through its agent; TRACE=1 and
+    BASELINE=1 (a 3 s noise floor) on top."""
+    kept, meta = finished_run(
+        host, tmp_path, "kvm-cfs", TRACE=1, BASELINE=1, BASELINE_S=3, NOISE="1:cpu"
+    )
     counts = meta["counts"]
     assert (counts["sent"], counts["received"], counts["missing"], counts["duplicated"]) == (
         60,
@@ -485,7 +492,7 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
         0,
     )
     assert counts["malformed_dead_lettered"] == 2 and counts["accounted"]
-    assert len(pd.read_csv(results / run_id / "samples.csv")) == 60
+    assert len(pd.read_csv(kept / "samples.csv")) == 60
     # the setting on both real-time VMs, read back from each at the start and at the end
     for when in ("sched", "sched_at_end"):
         for readback in every_vm(meta[when]):
@@ -516,9 +523,9 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     # every part stopped ([/]: the pattern does not match the shell that runs pgrep)
     assert here(f"pgrep -af '[/]{str(install_dir)[1:]}' || true").strip() == ""
     assert list(run_dir.iterdir()) == []
-    assert (results / run_id / "logs/job.out").exists()
-    assert_the_vcpus_trace_is_aligned_and_read(results / run_id, meta)
-    assert_the_noise_floor_ran_in_the_real_time_machine(results / run_id, meta)
+    assert (kept / "logs/job.out").exists()
+    assert_the_vcpus_trace_is_aligned_and_read(kept, meta)
+    assert_the_noise_floor_ran_in_the_real_time_machine(kept, meta)
     assert_the_neighbour_ran_its_load(meta)
 
 
@@ -527,19 +534,7 @@ def test_make_run_scale_cluster_on_kvm_spreads_kafka_and_flink(host, tmp_path):
     session cluster (JobManager, two TaskManagers) in the real-time machine, every one started
     over SSH as the testbed starts them, as services side by side (one machine plays each VM,
     see with_workload); the setting on both nested real-time VMs, read back from each."""
-    results = tmp_path / "results"
-    run_id = f"kvm-cluster-{tmp_path.parent.name}"
-    proc = subprocess.run(
-        make_run(host, results, run_id, SCALE="cluster", TASKMANAGERS=2),
-        cwd=REPO,
-        env={**os.environ, "ANSIBLE_TIMEOUT": "60"},
-        stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin
-        capture_output=True,
-        text=True,
-        timeout=2400,
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    meta = json.loads((results / run_id / "meta.json").read_text())
+    kept, meta = finished_run(host, tmp_path, "kvm-cluster", SCALE="cluster", TASKMANAGERS=2)
     counts = meta["counts"]
     assert (counts["sent"], counts["received"], counts["missing"]) == (60, 60, 0)
     assert counts["accounted"] and counts["malformed_dead_lettered"] == 2
@@ -560,7 +555,7 @@ def test_make_run_scale_cluster_on_kvm_spreads_kafka_and_flink(host, tmp_path):
     install_dir, run_dir = workload_dirs(host)
     assert here(f"pgrep -af '[/]{str(install_dir)[1:]}' || true").strip() == ""
     assert list(run_dir.iterdir()) == []
-    logs = {p.name for p in (results / run_id / "logs").iterdir()}
+    logs = {p.name for p in (kept / "logs").iterdir()}
     assert {"broker-1.log", "broker-2.log", "broker-3.log"} <= logs, logs
 
 
