@@ -53,3 +53,23 @@ def test_waiting_ends_when_a_part_exits_or_time_runs_out(session):
         session.wait_ready(30, lambda: "the TaskManager exited")
     with pytest.raises(SessionError, match="0 of 2 TaskManagers registered"):
         session.wait_ready(0.1)
+
+
+def test_a_remote_process_takes_its_options_and_the_jobs_arguments_after_the_dashes(tmp_path):
+    from hvbench_job.session import parse_args
+
+    own = ["--work", str(tmp_path), "--connectors", "c", "--host", "10.0.0.12",
+           "--jobmanager", "10.0.0.11", "--rest-port", "8081", "--rpc-port", "6123",
+           "--taskmanagers", "2"]  # fmt: skip
+    job = ["--bootstrap", "10.0.0.10:9092", "--parallelism", "2"]
+    args, job_args = parse_args(["submit", *own, "--", *job])
+    assert args.role == "submit" and job_args == job
+    assert (args.host, args.jobmanager, args.taskmanagers) == ("10.0.0.12", "10.0.0.11", 2)
+    args, job_args = parse_args(["taskmanager", *own])
+    assert args.role == "taskmanager" and job_args == []
+    # the JobManager's address is the REST endpoint's and the RPC's; the TaskManager's own
+    # address is where it binds
+    remote = FlinkSession(tmp_path, tmp_path, host="10.0.0.12", jobmanager="10.0.0.11")
+    assert remote.rest == "10.0.0.11:8081"
+    assert remote.config["jobmanager.rpc.address"] == "10.0.0.11"
+    assert remote.config["taskmanager.host"] == "10.0.0.12"

@@ -12,6 +12,7 @@ from hvbench_harness.cluster import TestbedCluster
 from hvbench_harness.parts import Parts
 from hvbench_harness.target import Paths, job_env
 from hvbench_harness.testbed import Machine, Testbed
+from hvbench_job import session
 
 pytestmark = pytest.mark.slow
 
@@ -56,8 +57,9 @@ def test_the_nodes_and_taskmanagers_start_where_the_layout_puts_them(tmp_path):
     assert flink["taskmanagers"] == ["realtime 1", "realtime 2"]
     assert flink["parallelism"] == 2 and flink["registered_s"] is not None
     assert gone is not None and gone.startswith("Flink TaskManager 2 in realtime 2")
+    # the submit command as session's own command line reads it
     submit = cluster.job_command(["env"], ["--bootstrap", kafka["bootstrap"]])
-    assert submit[submit.index("--") + 1 :] == [
-        *("--bootstrap", kafka["bootstrap"], "--parallelism", "2")
-    ]
+    args, job_args = session.parse_args(submit[submit.index("hvbench_job.session") + 1 :])
+    assert args.role == "submit" and args.taskmanagers == 2
+    assert job_args == ["--bootstrap", kafka["bootstrap"], "--parallelism", "2"]
     assert leftover_processes(tmp_path) == []  # every node and Flink process stopped

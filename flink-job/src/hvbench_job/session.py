@@ -178,17 +178,9 @@ def distribution_java_opts() -> str:
 ROLES = ("jobmanager", "taskmanager", "wait", "submit")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """One process of a session cluster over several machines (a testbed's real-time VMs):
-
-        python -m hvbench_job.session jobmanager|taskmanager --work W --connectors C
-               --host OWN --jobmanager ADDRESS --rest-port R --rpc-port P [--log-dir L]
-        python -m hvbench_job.session wait ... --taskmanagers N --timeout S
-        python -m hvbench_job.session submit ... -- JOB-ARGS
-
-    jobmanager and taskmanager prepare their own work directory and become the JVM; wait
-    prints the seconds until N TaskManagers registered (exit 1 if they did not); submit
-    becomes `flink run` with the job's arguments."""
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """main's options, and the job's arguments: everything after `--`."""
+    cut = argv.index("--") if "--" in argv else len(argv)
     p = argparse.ArgumentParser(prog="python -m hvbench_job.session", description=main.__doc__)
     p.add_argument("role", choices=ROLES)
     p.add_argument("--work", required=True)
@@ -200,8 +192,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-dir")
     p.add_argument("--taskmanagers", type=int, default=1)
     p.add_argument("--timeout", type=float, default=600)
-    p.add_argument("job_args", nargs="*")
-    args = p.parse_args(argv)
+    return p.parse_args(argv[:cut]), argv[cut + 1 :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One process of a session cluster over several machines (a testbed's real-time VMs):
+
+        python -m hvbench_job.session jobmanager|taskmanager --work W --connectors C
+               --host OWN --jobmanager ADDRESS --rest-port R --rpc-port P [--log-dir L]
+        python -m hvbench_job.session wait ... --taskmanagers N --timeout S
+        python -m hvbench_job.session submit ... -- JOB-ARGS
+
+    jobmanager and taskmanager prepare their own work directory and become the JVM; wait
+    prints the seconds until N TaskManagers registered (exit 1 if they did not); submit
+    becomes `flink run` with the job's arguments."""
+    args, job_args = parse_args(sys.argv[1:] if argv is None else argv)
     session = FlinkSession(
         args.work, args.connectors, taskmanagers=args.taskmanagers, host=args.host,
         rest_port=args.rest_port, rpc_port=args.rpc_port, log_dir=args.log_dir,
@@ -218,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     command = {
         "jobmanager": session.jobmanager_command,
         "taskmanager": session.taskmanager_command,
-        "submit": lambda: session.submit_command(args.job_args),
+        "submit": lambda: session.submit_command(job_args),
     }[args.role]()
     os.execvp(command[0], command)
     return 1  # not reached
