@@ -231,8 +231,9 @@ $(GUEST_BUNDLE): $(STAMP) $(AGENT_WHEEL) $(KAFKA_LIBS)/.resolved $(FLINK_LIB)/.r
 agent-wheel: $(AGENT_WHEEL) ## the agent (hostagent/) as a wheel in build/agent/, for the hosts
 $(AGENT_WHEEL): $(STAMP) $(AGENT_SOURCES)
 	rm -rf build/agent build/agent-src && mkdir -p build/agent
-	@# built from a clean copy: an in-tree build would leave setuptools' build/ in hostagent/
-	cp -r hostagent build/agent-src && rm -rf build/agent-src/src/*.egg-info
+	@# built from a clean copy, without a setuptools build/ an earlier in-tree build left (its
+	@# stale files would go into the wheel)
+	cp -r hostagent build/agent-src && rm -rf build/agent-src/build build/agent-src/src/*.egg-info
 	SOURCE_DATE_EPOCH=315532800 $(VENV)/bin/pip wheel -q --disable-pip-version-check --no-deps \
 		--no-build-isolation -w build/agent ./build/agent-src
 	rm -rf build/agent-src && touch $@
