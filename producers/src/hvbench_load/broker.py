@@ -342,10 +342,6 @@ class KafkaBroker:
             except KafkaException as e:
                 raise BrokerError(f"creating topic {name!r} failed: {e}") from None
 
-    def knows(self, names: list[str], replicas: int) -> bool:
-        """This node has every partition of the topics with a leader and `replicas` in sync."""
-        return knows(self.bootstrap, names, replicas)
-
     def topics(self) -> list[str]:
         return sorted(
             t for t in self.admin().list_topics(timeout=10).topics if not t.startswith("__")
