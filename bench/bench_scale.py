@@ -8,7 +8,13 @@ a 60 s warm-up, then the measured seconds) until p99 passes 50 ms:
 - p=2: one broker, a session cluster of two TaskManagers (SCALE=cluster BROKERS=1);
 - cluster: three brokers (replication 3, min in-sync 2) and two TaskManagers (SCALE=cluster);
 - bay: p=1 with the 325 PEMS-BAY sensors (NETWORK=bay), each record routed to a destination of
-  its own (A* over 325 nodes instead of 6).
+  its own (A* over 325 nodes instead of 6);
+- grouped: p=1, the six freeway detectors as one producer group whose records of a round go
+  out as one message (PRODUCERS=1 MESSAGES=group): one Kafka request, one fetch, one hand-off
+  into Python and one batched forecast for six records;
+- bay grouped: bay, its six groups of 54 or 55 sensors each sending a round as one message.
+
+The grouped layout climbs from higher rates (--grouped-rates) than the others (--rates).
 
 The producers, the consumer and every JVM share this machine's cores, so records/s per core is
 the sustainable rate over all of them. Blue Danube's Linear Road figure, about 8,300 tuples/s
@@ -34,13 +40,18 @@ from common import OUT
 
 import tsc_timer
 
+GROUPED = ("--messages", "group")
 LAYOUTS = {
     "p=1": (),
     "p=2": ("--scale", "cluster", "--brokers", "1", "--taskmanagers", "2"),
     "cluster": ("--scale", "cluster"),
     "bay": ("--network", "bay"),
+    "grouped": ("--producers", "1", *GROUPED),
+    "bay grouped": ("--network", "bay", *GROUPED),
 }
-DETECTORS = {"bay": 325}  # the other layouts: the six freeway detectors
+DETECTORS = {"bay": 325, "bay grouped": 325}  # the other layouts: the six freeway detectors
+BAY_DATA = ("bay", "bay grouped")
+GROUPED_RATES = "2400,3000,3600,4800,6000"
 BLUE_DANUBE_PER_CORE = 8_300
 GOAL = 2_400  # records/s on two cores at p99 ≤ 50 ms (issue 22)
 
@@ -52,6 +63,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--bay-data", default="data/pems-bay", help="make data NETWORK=bay")
     p.add_argument("--layouts", default=",".join(LAYOUTS), help="of " + ", ".join(LAYOUTS))
     p.add_argument("--rates", default="900,1200,1500,1800,2400", help="rec/s, rising")
+    p.add_argument("--grouped-rates", default=GROUPED_RATES, help="of the grouped layout")
     p.add_argument("--ramp-seconds", type=float, default=30.0)
     p.add_argument("--warmup-seconds", type=float, default=60.0)
     p.add_argument("--step-seconds", type=float, default=30.0, help="measured, per rate step")
@@ -68,15 +80,19 @@ def cpu_at(steps: list[dict], rate: float) -> dict:
 
 def main() -> int:
     args = parse_args()
+    unknown = set(args.layouts.split(",")) - set(LAYOUTS)
+    if unknown:
+        raise SystemExit(f"unknown layouts {sorted(unknown)}; known: {', '.join(LAYOUTS)}")
     tsc_timer.calibrate()
     cores = len(os.sched_getaffinity(0))
     figures = {}
     for name in args.layouts.split(","):
-        inputs = args
-        if name == "bay":
-            inputs = argparse.Namespace(**{**vars(args), "data": args.bay_data})
+        inputs = vars(args) | ({"data": args.bay_data} if name in BAY_DATA else {})
+        if name == "grouped":
+            inputs["rates"] = args.grouped_rates
         detectors = DETECTORS.get(name, 6)
-        steps = rate_steps(inputs, LAYOUTS[name], f"-{name.replace('=', '')}", detectors)
+        tag = "-" + name.replace("=", "").replace(" ", "-")
+        steps = rate_steps(argparse.Namespace(**inputs), LAYOUTS[name], tag, detectors)
         best = sustainable(steps)
         figures[name] = {"steps": steps, "sustainable": best, "per_core": best / cores}
     print(f"\nsustainable rate (p99 ≤ 50 ms, every record accounted), {cores} cores:")

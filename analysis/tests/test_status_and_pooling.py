@@ -85,6 +85,13 @@ def test_runs_that_differ_only_in_records_are_two_configurations_named_by_them(t
     assert runs_per_label(tmp_path) == {"bare/none 10 records": 1, "bare/none 120 records": 1}
 
 
+def test_runs_that_send_by_group_are_a_configuration_of_their_own(tmp_path):
+    write_run(tmp_path / "six", np.full(10, MS))  # six groups, a record a message: no label
+    grouped = {"producers": 1, "messages": "group"}
+    write_run(tmp_path / "one-group", np.full(10, MS), requested=grouped)
+    assert runs_per_label(tmp_path) == {"bare/none": 1, "bare/none (1 group, by group)": 1}
+
+
 def test_flags_beside_each_run_and_each_configuration(tmp_path):
     write_run(tmp_path / "clean", np.full(10, MS))
     write_run(tmp_path / "lossy", np.full(8, MS), missing=2)  # 10 records asked, as the others

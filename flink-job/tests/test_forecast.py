@@ -7,7 +7,7 @@ from hvbench_job.forecast import LOOKBACK, train
 from hvbench_job.forecast.dataset import chronological_split
 from hvbench_job.forecast.model import build_lstm
 from hvbench_job.forecast.scaling import MinMaxScaler
-from hvbench_job.forecast.serving import ArtifactError, Forecaster
+from hvbench_job.forecast.serving import BATCH_MODEL, ArtifactError, Forecaster
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -94,7 +94,14 @@ def test_lstm_layers_match_table_3():
 
 def test_artifact_holds_model_scaler_checksum_and_table(small_model):
     manifest = json.loads((small_model / "manifest.json").read_text())
-    for name in ("model.tflite", "scaler.json", "model.keras", "table2.md", "table2.csv"):
+    for name in (
+        "model.tflite",
+        BATCH_MODEL,
+        "scaler.json",
+        "model.keras",
+        "table2.md",
+        "table2.csv",
+    ):
         assert (small_model / name).is_file()
     assert len(manifest["checksum"]) == 64
     assert set(manifest["scores"]) == {"lstm", "linear"}
@@ -122,6 +129,28 @@ def test_served_model_matches_keras_on_the_test_split(small_model, small_data):
     span = served.scaler.high - served.scaler.low
     assert np.max(np.abs(got - expected)) / span <= 1e-5
     assert (got >= 0).all()
+
+
+def test_windows_in_batches_get_the_forecasts_they_get_one_by_one(small_model, tmp_path):
+    """21 windows: two batches of eight, five padded to a batch; without the batch export
+    (an artifact from before it) every window goes alone, with the same results."""
+    import shutil
+
+    manifest = json.loads((small_model / "manifest.json").read_text())
+    assert BATCH_MODEL in manifest["files"]
+    assert manifest["parity"]["max_abs_diff_scaled_batched"] <= 1e-5
+    served = Forecaster(small_model)
+    rng = np.random.default_rng(3)
+    windows = rng.uniform(0, 400, size=(21, 12)).tolist()
+    alone = [served.predict(w) for w in windows]
+    span = served.scaler.high - served.scaler.low
+    assert np.max(np.abs(np.subtract(served.predict_many(windows), alone))) / span <= 1e-5
+    old = tmp_path / "old"
+    shutil.copytree(small_model, old)
+    (old / BATCH_MODEL).unlink()
+    del manifest["files"][BATCH_MODEL]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    assert Forecaster(old).predict_many(windows) == pytest.approx(alone, abs=1e-6)
 
 
 def test_forecaster_refuses_bad_windows(small_model):

@@ -1,5 +1,6 @@
 import json
 import math
+import re
 
 import pytest
 from hvbench_job import detectors
@@ -11,6 +12,7 @@ from hvbench_job.records import (
     RecordError,
     dead_letter,
     parse,
+    parse_message,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -203,6 +205,65 @@ def test_pipeline_keeps_the_latest_state_per_detector(pipeline):
     assert fresh.process(crawl).output is not None  # congested branch: 8 mph at low flow
     jammed = json.loads(fresh.process(GOOD.to_json()).output)["route"]
     assert "wilmington" in free and "wilmington" not in jammed
+
+
+def test_a_message_is_one_record_or_an_array_each_element_checked_alone():
+    assert parse_message(GOOD.to_json()) == [GOOD]
+    bad = json.loads(with_changes(detector="nowhere"))
+    items = parse_message(json.dumps([json.loads(GOOD.to_json()), bad, 3]))
+    assert items[0] == GOOD
+    assert isinstance(items[1], RecordError) and str(items[1]).startswith("element 1 of 3: ")
+    assert "unknown detector 'nowhere'" in str(items[1]) and items[1].key["seq"] == GOOD.seq
+    assert json.loads(items[1].element) == bad
+    assert "not a JSON object but int" in str(items[2]) and items[2].key is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("[]", "not a JSON object or a non-empty array"),
+        ('"text"', "not a JSON object or a non-empty array"),
+        ("[" + ",".join(["{}"] * 1001) + "]", "an array of 1001 records, more than 1000"),
+        ("[{]", "not JSON"),
+    ],
+)
+def test_a_message_refused_as_a_whole(raw, reason):
+    with pytest.raises(RecordError, match=re.escape(reason)):
+        parse_message(raw)
+
+
+def test_an_array_is_forecast_in_one_batch_and_answered_with_one_array(small_model):
+    """The batch path gives what one record at a time gives, in order; a bad element is a dead
+    letter of its own and the others go on."""
+    records = [
+        GOOD,
+        json.loads(with_changes(detector="nowhere", seq=8)),
+        *(InputRecord("run-1", d, 9 + i, 30.0 + i, tuple(float(50 * i + k) for k in range(12)),
+                      1, 2) for i, d in enumerate(["wilmington", "long_beach", "athens"] * 4)),
+    ]  # fmt: skip
+    raw = json.dumps([r if isinstance(r, dict) else json.loads(r.to_json()) for r in records])
+    batched = Pipeline(small_model).process_message(raw)
+    alone = Pipeline(small_model)
+    expected = [
+        json.loads(alone.process(r.to_json()).output) for r in records if isinstance(r, InputRecord)
+    ]
+    outputs = json.loads(batched.output)
+    assert [o["seq"] for o in outputs] == [e["seq"] for e in expected]
+    for got, want in zip(outputs, expected, strict=True):
+        assert got["predicted_flow"] == pytest.approx(want["predicted_flow"], abs=1e-3)
+        assert got["route"] == want["route"] and got["route_cost_s"] == want["route_cost_s"]
+        assert got["job_in_ns"] + got["predict_ns"] + got["route_ns"] <= got["job_out_ns"]
+    (letter,) = [json.loads(x) for x in batched.dead_letters]
+    assert letter["reason"].startswith("element 1 of 14: unknown detector")
+    assert letter["key"]["seq"] == 8 and json.loads(letter["record"])["detector"] == "nowhere"
+
+
+def test_an_array_of_only_bad_elements_gives_dead_letters_and_no_output(pipeline):
+    outcome = pipeline.process_message(json.dumps([1, 2]))
+    assert outcome.output is None and len(outcome.dead_letters) == 2
+    whole = pipeline.process_message("[]")
+    assert whole.output is None
+    assert "non-empty array" in json.loads(whole.dead_letters[0])["reason"]
 
 
 def test_pipeline_refuses_an_unknown_route_end(small_model):

@@ -4,12 +4,15 @@ import numpy as np
 import pytest
 from hvbench_job import detectors, networks
 from hvbench_job.records import RecordError, parse
+from hvbench_load.consumer import results_of
 from hvbench_load.producers import (
     MALFORMED_KINDS,
     load_windows,
     malformed_record,
     per_detector_counts,
+    rounds,
     schedule,
+    schedule_each,
     send_offset_ns,
     sources_of,
 )
@@ -115,3 +118,27 @@ def test_bay_records_each_go_to_a_sensor_their_own_can_reach(bay_data):
     assert [first.record("r", i, 1, 2) for i in range(3)] == [
         again.record("r", i, 1, 2) for i in range(3)
     ]
+
+
+def test_grouped_detectors_share_their_groups_place_and_go_out_as_one_round(small_data):
+    """--messages group: detector j reports with group j mod G, all at the group's offset,
+    so each round of a group is one message of the records due at that instant."""
+    net = networks.network("freeway")
+    sources = sources_of(net, load_windows(small_data[0]), 20, 600, partitions=6, groups=2)
+    assert [s.offset_ns for s in sources] == [0, 300, 0, 300, 0, 300]
+    group = sources[0::2]  # detectors 0, 2 and 4: four, three and three records
+    got = [(seq, [s.log.detector for s in due]) for seq, due in rounds(group)]
+    keys = [s.log.detector for s in group]
+    assert got == [(0, keys), (1, keys), (2, keys), (3, keys[:1])]
+    # one record a message: the schedule itself, one source at a time
+    assert [(seq, due) for seq, due in schedule_each(group)] == [
+        (seq, [s]) for seq, s in schedule(group)
+    ]
+
+
+def test_the_consumer_takes_each_result_of_an_array_message():
+    one = b'{"run":"r","detector":"athens","seq":1}'
+    assert results_of(one) == [one]
+    both = b'[{"run":"r","detector":"athens","seq":1},{"run":"r","detector":"long_beach","seq":2}]'
+    assert [json.loads(r)["seq"] for r in results_of(both)] == [1, 2]
+    assert results_of(b"[not json") == [b"[not json"]  # one foreign value, not lost

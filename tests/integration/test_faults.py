@@ -53,7 +53,8 @@ def kafka_pid(tmp_path, run_id) -> int:
 
 def foreign_records(run_id: str) -> list[bytes]:
     """Look-alikes of the run's records that are not the run's: other run, a seq never sent,
-    seq of the wrong JSON type (true, "1"), an ~800 KB bad record, the old marker."""
+    seq of the wrong JSON type (true, "1"), an ~800 KB bad record, the old marker; an array
+    message holding a foreign result and a bad record, and an empty array."""
     good = {
         "detector": "athens",
         "speed_mph": 60.0,
@@ -69,7 +70,9 @@ def foreign_records(run_id: str) -> list[bytes]:
         {**good, "run": run_id, "seq": 2, "speed_mph": '"\\' * 200_000},
         {**good, "run": run_id, "seq": 3, "flows": "malformed-0"},
     ]
-    return [json.dumps(r).encode() for r in records]
+    # a group's message (an array) with one foreign result and one dead letter, and an empty one
+    grouped = [{**good, "run": "another-run", "seq": 4}, {**good, "run": run_id, "seq": False}]
+    return [json.dumps(r).encode() for r in [*records, grouped, []]]
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +96,8 @@ def test_bad_and_foreign_input_leaves_a_clean_run_clean(bad_input_run):
     assert meta["status"] == {"state": "completed", "reason": None, "phase": "draining"}
     assert c["sent"] == c["received"] == 360 and c["accounted"]
     assert c["malformed_sent"] == c["malformed_dead_lettered"] == MALFORMED
-    assert c["foreign_results"] == 1 and c["unexpected"] == 1
-    assert c["foreign_dead_letters"] == 4 and c["dead_lettered"] == 0
+    assert c["foreign_results"] == 2 and c["unexpected"] == 1
+    assert c["foreign_dead_letters"] == 6 and c["dead_lettered"] == 0
     assert not samples.dead_lettered.any()
     assert_counts_add_up(meta, samples)
     assert leftover_processes(tmp_path) == []
@@ -104,7 +107,7 @@ def test_every_dead_letter_is_bounded_and_keeps_the_lengths(bad_input_run):
     _, tmp_path, _ = bad_input_run
     lines = (tmp_path / "results" / "bad" / "dead_letters.jsonl").read_text().splitlines()
     letters = [json.loads(line) for line in lines]
-    assert len(letters) == MALFORMED + 4 + 1  # and the readiness probe's
+    assert len(letters) == MALFORMED + 6 + 1  # and the readiness probe's
     big = [x for x in letters if x["record_chars"] > 700_000]
     assert len(big) == 2  # the injected oversized one and the foreign one
     for letter in big:

@@ -1,5 +1,6 @@
 """NETWORK=bay on the bare target for real: the 325 PEMS-BAY sensors in six producer groups,
-each record routed by the job from its own sensor to a destination of its own (a short run)."""
+each record routed by the job from its own sensor to a destination of its own (a short run);
+and again with MESSAGES=group, each group's records of a round in one message."""
 
 import json
 
@@ -15,14 +16,39 @@ SENSORS = 325
 RECORDS = 2 * SENSORS
 
 
+def bay(tmp_path_factory, data, model, run_id: str, *extra: str):
+    """A short bay run at 162.5 records/s (`extra`: more of its flags): its exit code, its
+    folders, its meta.json and its results."""
+    tmp_path = tmp_path_factory.mktemp(run_id)
+    args = run_args(tmp_path, data, model, "--run-id", run_id, records=RECORDS)
+    code = run.main([*args, "--network", "bay", "--period-ms", "2000", *extra])
+    results = tmp_path / "results" / run_id
+    return code, tmp_path, json.loads((results / "meta.json").read_text()), results
+
+
 @pytest.fixture(scope="module")
 def bay_run(bay_data, small_model, tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("bay")
-    args = run_args(tmp_path, bay_data[0], small_model, "--run-id", "bay", records=RECORDS)
-    args += ["--network", "bay", "--period-ms", "2000"]  # 162.5 records/s
-    code = run.main(args)
-    results = tmp_path / "results" / "bay"
-    return code, tmp_path, json.loads((results / "meta.json").read_text()), results
+    return bay(tmp_path_factory, bay_data[0], small_model, "bay")
+
+
+@pytest.fixture(scope="module")
+def grouped_run(bay_data, small_model, tmp_path_factory):
+    return bay(tmp_path_factory, bay_data[0], small_model, "grouped", "--messages", "group")
+
+
+def test_a_grouped_bay_run_accounts_for_every_record_of_every_group(grouped_run):
+    code, tmp_path, meta, results = grouped_run
+    assert code == 0
+    counts = meta["counts"]
+    assert counts["sent"] == counts["received"] == RECORDS and counts["accounted"]
+    assert meta["requested"]["messages"] == "group" and meta["requested"]["producers"] == 6
+    assert meta["job"]["forecast"]["batch"] == 8
+    samples = pd.read_csv(results / "samples.csv", dtype={"detector": str})
+    assert samples.detector.nunique() == SENSORS
+    # a round's records went out together: one send stamp per group and round
+    sent = samples.groupby("sent_ns").size()
+    assert len(sent) == 6 * 2 and sent.sum() == RECORDS
+    assert leftover_processes(tmp_path) == []
 
 
 def test_a_bay_run_accounts_for_a_record_of_every_sensor(bay_run):

@@ -173,6 +173,8 @@ def test_nothing_is_left_running(plain_run):
         (["--taskmanagers", "2"], "TASKMANAGERS: for SCALE=cluster"),
         (["--scale", "cluster", "--taskmanagers", "7"], "TASKMANAGERS 1..6"),
         (["--network", "bays"], "unknown NETWORK 'bays' (did you mean bay?)"),
+        (["--messages", "groups"], "unknown MESSAGES 'groups' (did you mean group?)"),
+        (["--producers", "7"], "PRODUCERS=7: NETWORK=freeway has 6 detectors"),
         (["--network", "bay"], "is for NETWORK=freeway, not bay (make data NETWORK=bay"),
     ],
 )

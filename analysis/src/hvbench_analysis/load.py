@@ -41,6 +41,7 @@ SETTINGS = (
     "job_cpus",  # bare: the CPUs the job was held to, "" for all
     "scale",  # one broker and one Flink JVM (""), or e.g. "3 brokers, 2 TaskManagers"
     "network",  # the six freeway detectors (""), or e.g. "bay" (325 sensors)
+    "load",  # six producer groups, a record a message (""), or e.g. "1 group, by group"
 )
 # How a run measured (requested records, warmup_s, ramp_s, cpu_latency; forced: a failed
 # required readiness check was overridden). Runs that differ in these are never pooled.
@@ -138,6 +139,7 @@ def tags_of(meta: dict) -> dict:
         **noise_tags(requested),
         "scale": scale_tag(requested),
         "network": "" if requested.get("network", "freeway") == "freeway" else requested["network"],
+        "load": load_tag(requested),
         "records": number_or_none(requested.get("records")),
         "warmup_s": number_or_none(requested.get("warmup_s")),
         "ramp_s": number_or_none(requested.get("ramp_s")),
@@ -147,6 +149,16 @@ def tags_of(meta: dict) -> dict:
         "rep": requested.get("rep"),
         "run_id": meta.get("run_id"),
     }
+
+
+def load_tag(requested: dict) -> str:
+    """How the producers sent (PRODUCERS, MESSAGES): "" for six groups each sending a record
+    a message (every run before MESSAGES), else e.g. "1 group, by group"."""
+    groups = requested.get("producers", PRODUCERS)
+    by_group = requested.get("messages", "record") == "group"
+    if groups == PRODUCERS and not by_group:
+        return ""
+    return f"{groups} group{'s' if groups != 1 else ''}" + (", by group" if by_group else "")
 
 
 def noise_tags(requested: dict) -> dict:
@@ -500,6 +512,8 @@ def config_label(row) -> str:
         parts.append(f"on {scale}")
     if network := row.get("network"):
         parts.append(f"({network})")
+    if load := row.get("load"):
+        parts.append(f"({load})")
     setup = row.get("setup")
     if isinstance(setup, str) and setup:
         parts.append(setup)

@@ -32,7 +32,7 @@ import pandas as pd
 # ran one broker and one Flink JVM.
 # 7: the road network (`requested.network`, freeway or bay, and `requested.detectors`, how many
 # send); older runs used the six freeway detectors.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 META = "meta.json"
 SAMPLES = "samples.csv"
 DEAD_LETTERS = "dead_letters.jsonl"
@@ -42,6 +42,8 @@ LOGS = "logs"
 NOISE_KEYS = ("noise", "noise_cpus", "job_cpus")  # in `requested` from version 5
 SCALE_ONE = {"scale": "one", "brokers": None, "taskmanagers": None}  # `requested` before 6
 FREEWAY = {"network": "freeway", "detectors": 6}  # `requested` before 7
+# Runs before schema 8 sent each record as a message of its own (MESSAGES=record).
+A_RECORD_A_MESSAGE = {"messages": "record"}
 SETTING_KEYS = ("budget_us", "period_us", "priority", "extratime", "weight", "cap")
 # Counts added in version 3: foreign records are other runs' (reported, never a problem);
 # contradictions and lost dead letters are problems.
@@ -138,6 +140,8 @@ def upgrade(meta: dict) -> dict:
         meta["requested"] = {**SCALE_ONE, **meta["requested"]}
     if version < 7 and isinstance(meta.get("requested"), dict):
         meta["requested"] = {**FREEWAY, **meta["requested"]}
+    if version < 8 and isinstance(meta.get("requested"), dict):
+        meta["requested"] = {**A_RECORD_A_MESSAGE, **meta["requested"]}
     meta["schema"] = SCHEMA_VERSION
     return meta
 

@@ -135,6 +135,8 @@ def import_litert_on_python_thread() -> None:
 
 class ForecastAndRoute(ProcessFunction):
     """One record in, one route out; or one dead letter, written by the operator's own client.
+    A group's message (an array of records) in, one array of routes out, and a dead letter per
+    refused element.
 
     The routing state (latest speed and forecast per detector) is the Pipeline's router, in
     the operator's memory. Not Flink keyed state on purpose: keyed state needs keyBy, and keyBy
@@ -174,10 +176,10 @@ class ForecastAndRoute(ProcessFunction):
         gc.freeze()
 
     def process_element(self, value: str, ctx: ProcessFunction.Context):
-        outcome = self.pipeline.process(value)
-        if outcome.output is None:
-            self.dead_letters.write(outcome.dead_letter)
-        else:
+        outcome = self.pipeline.process_message(value)
+        for letter in outcome.dead_letters:
+            self.dead_letters.write(letter)
+        if outcome.output is not None:
             self.dead_letters.serve()
             yield outcome.output
 
@@ -229,6 +231,17 @@ def build(
         .name("forecast-route")
         .uid("forecast-route")
     )
+
+
+def forecast_batches(model: Path) -> dict:
+    """How the operator forecasts the records of an array message (forecast/serving.py):
+    in batches where the model has the batch export, else one by one."""
+    from hvbench_job.forecast.serving import BATCH, BATCH_MODEL, MANIFEST, PAD_FROM
+
+    files = json.loads((model / MANIFEST).read_text()).get("files", {})
+    if BATCH_MODEL not in files:
+        return {"batch": 1, "why": f"{BATCH_MODEL} is not in the model (trained before it)"}
+    return {"batch": BATCH, "model": BATCH_MODEL, "pad_from": PAD_FROM}
 
 
 def connector_jar(directory: Path) -> Path:
@@ -350,6 +363,7 @@ def main(argv: list[str] | None = None) -> None:
             "network": args.network,
             "route": {"origin": args.origin, "destination": args.destination},
             "heuristic": args.heuristic,
+            "forecast": forecast_batches(Path(args.model)),
             "force_tsc": args.force_tsc,
             "stamps": "the run's calibration" if calibration else "the job's own calibration",
             "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL")},

@@ -8,18 +8,21 @@ updates its detector and then routes over the whole network with what is known: 
 network's origin to its destination, or, for a record that names a destination (city-scale
 loads), from the record's own detector to that one. Detectors not heard from yet count as
 free-flowing. A record whose destination cannot be reached is dead-lettered with the reason.
+
+A message that carries a group's records (a JSON array, hvbench_job.records) is forecast in
+one batch and answered with one array of outputs; each bad element is a dead letter of its own.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tsc_timer
 from hvbench_job import networks
 from hvbench_job.forecast.serving import Forecaster
-from hvbench_job.records import InputRecord, RecordError, dead_letter, parse
+from hvbench_job.records import InputRecord, RecordError, dead_letter, parse, parse_message
 from hvbench_job.routing.astar import NoRoute
 from hvbench_job.routing.router import Router
 
@@ -30,6 +33,14 @@ class Outcome:
 
     output: str | None = None
     dead_letter: str | None = None
+
+
+@dataclass
+class MessageOutcome:
+    """What one message gives: at most one output message, and a dead letter per refusal."""
+
+    output: str | None = None
+    dead_letters: list[str] = field(default_factory=list)
 
 
 class Pipeline:
@@ -75,6 +86,51 @@ class Pipeline:
         output = self._output(record, predicted, expected_speed, route, start, predicted_at, done)
         return Outcome(output=output)
 
+    def process_message(self, raw: str | bytes) -> MessageOutcome:
+        """One message: a record (as process()) or an array of records, answered with one
+        array of outputs in the same order."""
+        if raw.lstrip()[:1] not in ("[", b"["):
+            one = self.process(raw)
+            return MessageOutcome(one.output, [one.dead_letter] if one.dead_letter else [])
+        start = tsc_timer.now_ns()
+        try:
+            items = parse_message(raw, self.network)
+        except RecordError as e:
+            self.refused += 1
+            return MessageOutcome(dead_letters=[dead_letter(raw, str(e), e.key)])
+        records = [r for r in items if isinstance(r, InputRecord)]
+        predicted = self.forecaster.predict_many([r.flows for r in records])
+        predicted_at = tsc_timer.now_ns()
+        outputs, no_route = self._routed(records, predicted)
+        refusals = [e for e in items if isinstance(e, RecordError)] + no_route
+        self.processed += len(outputs)
+        self.refused += len(refusals)
+        letters = [dead_letter(e.element, str(e), getattr(e, "key", None)) for e in refusals]
+        if not outputs:
+            return MessageOutcome(dead_letters=letters)
+        out_ns = tsc_timer.now_ns()
+        for fields in outputs:
+            # the batch's forecast time is shared by its records; each routes on its own
+            fields.update(predict_ns=predicted_at - start, job_in_ns=start, job_out_ns=out_ns)
+        return MessageOutcome(json.dumps(outputs, separators=(",", ":")), letters)
+
+    def _routed(self, records: list[InputRecord], predicted: list[float]):
+        """Each record's output fields, routed in order; and the records with no route."""
+        outputs, no_route = [], []
+        for record, forecast in zip(records, predicted, strict=True):
+            routed_from = tsc_timer.now_ns()
+            try:
+                expected = self.router.observe(record.detector, record.speed_mph, forecast)
+                route = self._route(record)
+            except NoRoute as e:
+                e.element = record.to_json()
+                no_route.append(e)
+                continue
+            fields = self._fields(record, forecast, expected, route)
+            fields["route_ns"] = tsc_timer.now_ns() - routed_from
+            outputs.append(fields)
+        return outputs, no_route
+
     def _route(self, record: InputRecord):
         if record.destination is None:
             return self.router.route(self.origin, self.destination)
@@ -97,17 +153,7 @@ class Pipeline:
     ) -> str:
         return json.dumps(
             {
-                "run": record.run,
-                "detector": record.detector,
-                "seq": record.seq,
-                "speed_mph": record.speed_mph,
-                "flows": list(record.flows),
-                "intended_ns": record.intended_ns,
-                "sent_ns": record.sent_ns,
-                "predicted_flow": round(predicted, 3),
-                "expected_speed_mph": round(expected_speed, 3),
-                "route": self.router.path_ids(route),
-                "route_cost_s": round(route.cost, 3),
+                **self._fields(record, predicted, expected_speed, route),
                 # durations inside the job (parse+predict, route), TSC ns of the job's machine
                 "predict_ns": predicted_at - start,
                 "route_ns": done - predicted_at,
@@ -118,3 +164,18 @@ class Pipeline:
             },
             separators=(",", ":"),
         )
+
+    def _fields(self, record: InputRecord, predicted: float, expected_speed: float, route) -> dict:
+        return {
+            "run": record.run,
+            "detector": record.detector,
+            "seq": record.seq,
+            "speed_mph": record.speed_mph,
+            "flows": list(record.flows),
+            "intended_ns": record.intended_ns,
+            "sent_ns": record.sent_ns,
+            "predicted_flow": round(predicted, 3),
+            "expected_speed_mph": round(expected_speed, 3),
+            "route": self.router.path_ids(route),
+            "route_cost_s": round(route.cost, 3),
+        }

@@ -12,6 +12,11 @@ both TSC nanoseconds of the producers' machine: the job copies them through unto
 another detector of that network, is where the record's route goes (city-scale loads give one
 per record); without it the route is the network's default one.
 
+A message may also be a JSON array of such records (producers with `--messages group`: the
+records of a detector group that fell due together), at most MESSAGE_MAX_RECORDS of them.
+Each element is validated on its own: a bad one becomes its own dead letter, the others are
+processed. The job answers an array with one array of outputs, in the same order.
+
 Output (job → output topic): the input fields plus the forecast, the route and the job's own
 stage durations (TSC ns deltas taken inside the job; never subtracted from producer stamps).
 
@@ -37,6 +42,7 @@ REQUIRED = ("run", "detector", "seq", "speed_mph", "flows", "intended_ns", "sent
 DEAD_LETTER_MAX_BYTES = 16_384
 REASON_MAX_CHARS = 500
 RECORD_MAX_CHARS = 10_000
+MESSAGE_MAX_RECORDS = 1_000  # records in one array message
 SHOWN_VALUE_CHARS = 60  # of an offending value quoted in a reason
 IDENTITY_MAX_CHARS = 200  # longer run or detector names are nobody's
 
@@ -46,6 +52,7 @@ class RecordError(ValueError):
     `key` the record's identity where it had one (see identity())."""
 
     key: dict | None = None
+    element: str | None = None  # an array element's own JSON, what its dead letter quotes
 
 
 @dataclass(frozen=True)
@@ -107,15 +114,48 @@ def _number(value: object, what: str) -> float:
 def parse(raw: str | bytes, network: str = "freeway") -> InputRecord:
     """Validate one input record of `network`; raises RecordError with the reason (and the
     record's identity in `key` when it is a JSON object)."""
+    obj = _load(raw)
+    if not isinstance(obj, dict):
+        raise RecordError(f"not a JSON object but {type(obj).__name__}")
+    return _checked(obj, network)
+
+
+def parse_message(raw: str | bytes, network: str = "freeway") -> list[InputRecord | RecordError]:
+    """The records of one message, in order: one for a JSON object, one per element for an
+    array, each an InputRecord or the RecordError that refuses it (with its `key` and, for an
+    element, its `element`: the element's own JSON). Raises RecordError when the message as a
+    whole is refused (not JSON, neither an object nor a non-empty array, too many elements)."""
+    obj = _load(raw)
+    if isinstance(obj, dict):
+        return [_checked(obj, network)]
+    if not isinstance(obj, list) or not obj:
+        raise RecordError(f"not a JSON object or a non-empty array but {shown(obj)}")
+    if len(obj) > MESSAGE_MAX_RECORDS:
+        raise RecordError(f"an array of {len(obj)} records, more than {MESSAGE_MAX_RECORDS}")
+    parsed = []
+    for i, element in enumerate(obj):
+        try:
+            if not isinstance(element, dict):
+                raise RecordError(f"not a JSON object but {type(element).__name__}")
+            parsed.append(_checked(element, network))
+        except RecordError as e:
+            e.args = (f"element {i} of {len(obj)}: {e}",)
+            e.element = json.dumps(element, separators=(",", ":"))
+            parsed.append(e)
+    return parsed
+
+
+def _load(raw: str | bytes) -> object:
     try:
         # NaN and Infinity are not JSON; Python's parser accepts them, so refuse them here
-        obj = json.loads(raw, parse_constant=_refuse_constant)
+        return json.loads(raw, parse_constant=_refuse_constant)
     except RecordError:
         raise
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise RecordError(f"not JSON: {str(e)[:REASON_MAX_CHARS]}") from None
-    if not isinstance(obj, dict):
-        raise RecordError(f"not a JSON object but {type(obj).__name__}")
+
+
+def _checked(obj: dict, network: str) -> InputRecord:
     try:
         return _validate(obj, networks.network(network).by_key)
     except RecordError as e:

@@ -114,6 +114,7 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
     neighbours.check_request(args)
     check_scale(args)
     check_network(args)
+    check_load(args)
     setting = validate(
         BACKEND_OF_TARGET[args.target],
         args.sched,
@@ -165,6 +166,21 @@ def check_network(args: argparse.Namespace) -> None:
         raise RunError(
             f"unknown NETWORK {args.network!r}{spec.suggest(args.network, spec.DETECTORS)}; "
             f"valid: {', '.join(spec.DETECTORS)}"
+        )
+
+
+def check_load(args: argparse.Namespace) -> None:
+    """PRODUCERS and MESSAGES (hvbench_load.producers): known values only."""
+    if args.messages not in spec.MESSAGES:
+        raise RunError(
+            f"unknown MESSAGES {args.messages!r}{spec.suggest(args.messages, spec.MESSAGES)}; "
+            f"valid: {', '.join(spec.MESSAGES)}"
+        )
+    detectors = spec.DETECTORS[args.network]
+    if not 1 <= args.producers <= detectors:
+        raise RunError(
+            f"PRODUCERS={args.producers}: NETWORK={args.network} has {detectors} detectors, "
+            f"so 1..{detectors} producer groups"
         )
 
 
@@ -324,7 +340,6 @@ def begin_meta(args: argparse.Namespace, run_id: str, setting: Setting, target: 
             # the setting as validated, with its defaults (PERIOD 100000, EXTRATIME 0, ...):
             # its fields are named as meta.json names them
             **asdict(setting),
-            "producers": spec.PRODUCERS,
             "detectors": spec.DETECTORS[args.network],
             "rep": args.rep,
             "campaign": args.campaign,
@@ -451,6 +466,7 @@ def start_producers(
             *("--calibration", f"{work}/calibration.json", "--run-id", run_id),
             *("--records", str(args.records), "--period-ms", str(args.send_ms)),
             *("--network", args.network),
+            *("--producers", str(args.producers), "--messages", args.messages),
             *("--ramp-s", str(args.ramp), "--malformed", str(args.malformed)),
             *("--out", f"{work}/sent.csv", "--malformed-out", f"{work}/malformed.jsonl"),
         ),

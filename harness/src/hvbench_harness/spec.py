@@ -20,7 +20,8 @@ import re
 import sys
 from dataclasses import dataclass
 
-PRODUCERS = 6  # producer groups (Kafka clients); the freeway network's six detectors
+PRODUCERS = 6  # producer groups (Kafka clients) by default; the freeway network's six detectors
+MESSAGES = ("record", "group")  # what one Kafka message carries (hvbench_load.producers)
 # Each network's detectors (hvbench_job.networks; a unit test keeps the two equal): one
 # record per detector every send period, so the rate is DETECTORS × 1000 / send_ms.
 DETECTORS = {"freeway": 6, "bay": 325}
@@ -60,6 +61,11 @@ FIELDS = (
           "the road network: freeway (the study's six detectors) or bay (the 325 PEMS-BAY "
           "sensors, each record routed to a destination of its own; bare; docs/cluster.md)",
           "network"),
+    Field("producers", int, PRODUCERS, "--producers",
+          "producer groups, one Kafka client each: 1 up to the network's detectors", "producers"),
+    Field("messages", str, "record", "--messages",
+          "what one Kafka message carries: record (one record) or group (a producer group's "
+          "records, which then fall due together; docs/cluster.md)", "messages"),
     Field("records", int, 20_000, "--records", "records in all, over the detectors", "records"),
     Field("send_ms", float, 100.0, "--period-ms", "each detector's send period (ms)",
           "producer_period_ms"),

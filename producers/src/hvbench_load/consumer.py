@@ -64,6 +64,19 @@ FIELDS = [
 ]
 
 
+def results_of(value: bytes) -> list[bytes]:
+    """The results in one output message: itself, or each element of a JSON array (the job
+    answers a group's message with one array); an array that is not JSON stays one value,
+    to be counted as foreign."""
+    if not value.startswith(b"["):
+        return [value]
+    try:
+        elements = json.loads(value)
+    except ValueError:
+        return [value]
+    return [json.dumps(e, separators=(",", ":")).encode() for e in elements]
+
+
 def own_key(value: bytes, run_id: str) -> tuple[str, int] | None:
     """(detector, seq) of a result of this run, compared with strict JSON types; else None."""
     try:
@@ -132,17 +145,21 @@ class Receiver:
                 print(f"consumer: {error}", file=sys.stderr, flush=True)
         elif msg.topic() == self.output_topic:
             value = msg.value()
-            key = own_key(value, self.run_id)
-            if key is None:
-                self.foreign += 1
-                if len(self.foreign_examples) < FOREIGN_EXAMPLES:
-                    self.foreign_examples.append(value[:300].decode(errors="replace"))
-                return
-            self.results.append((received, value))
-            if key[1] < self.due.get(key[0], 0):  # a look-alike's seq does not count
-                self.distinct.add(key)
+            for result in results_of(value):
+                self._take_result(result, received)
         else:
             self.dead_letters.append((received, msg.value()))
+
+    def _take_result(self, value: bytes, received: int) -> None:
+        key = own_key(value, self.run_id)
+        if key is None:
+            self.foreign += 1
+            if len(self.foreign_examples) < FOREIGN_EXAMPLES:
+                self.foreign_examples.append(value[:300].decode(errors="replace"))
+            return
+        self.results.append((received, value))
+        if key[1] < self.due.get(key[0], 0):  # a look-alike's seq does not count
+            self.distinct.add(key)
 
     def close(self) -> None:
         self.consumer.close()

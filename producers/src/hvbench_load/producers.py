@@ -13,6 +13,15 @@ the 325 PEMS-BAY sensors (`--network bay`) to six groups of 54 or 55, each recor
 destination drawn from the sensors its own can reach (seeded by sensor: the same in every
 run).
 
+With `--messages group` a group's detectors report together, as the detectors behind one
+roadside controller do: they share the group's place in the schedule (the groups are staggered
+by period/G), and each round of the group is one Kafka message, a JSON array of its records.
+No record waits for another: all of a message's records fall due at the same instant. Each
+record keeps its own stamps and identity, so the latency is still per record; what a message
+saves is the per-message work of every part (a Kafka request, a fetch, a hand-off into the
+job's Python, one forecast call for the whole group). The default, `--messages record`, sends
+each record as its own message.
+
 With a ramp (--ramp-s R) each producer's rate rises linearly from a tenth of the full rate to
 the full rate over the first R seconds, then holds: at high rates this lets the JVMs' JIT
 compilers warm up before the full load arrives instead of building a backlog that outlasts
@@ -67,6 +76,7 @@ PRODUCER_CONFIG = {
 # 800 KB (the input topic takes 1 MiB) whose bad value grows when escaped.
 MALFORMED_KINDS = ("bad-json", "missing-field", "wrong-length", "nan", "oversized")
 OVERSIZED_BYTES = 800_000
+MESSAGES = ("record", "group")  # --messages: what one Kafka message carries
 SENDING = "producers: sending"  # printed once the data is loaded, before the first send
 # How long the producers wait for the broker's acknowledgements at the end (less when stopped).
 FLUSH_S, FLUSH_WHEN_STOPPED_S = 30.0, 5.0
@@ -197,6 +207,20 @@ class Source:
         return text + "}"
 
 
+def rounds(sources: list[Source]) -> Iterator[tuple[int, list[Source]]]:
+    """(seq, sources) of the records that fall due at one instant, in time order."""
+    due: list[Source] = []
+    last = None
+    for seq, source in schedule(sources):
+        if due and (seq, source.offset_ns) != last:
+            yield last[0], due
+            due = []
+        due.append(source)
+        last = (seq, source.offset_ns)
+    if due:
+        yield last[0], due
+
+
 def schedule(sources: list[Source]) -> Iterator[tuple[int, Source]]:
     """(seq, source) in the order the records fall due: by seq, then by offset. Offsets lie
     within one period and the ramp never shortens a gap below it, so this is time order."""
@@ -218,37 +242,41 @@ def run_producer(
     stop: threading.Event,
     ramp_ns: int = 0,
     client_id: str = "producer",
+    together: bool = False,
 ) -> None:
-    """One group's records, each detector's to its own partition of the topic."""
+    """One group's records, each detector's to its own partition of the topic; `together`:
+    each round of the group as one message (a JSON array), to the first detector's partition."""
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, **PRODUCER_CONFIG})
 
-    def delivered(log: SentLog, index: int):
+    def delivered(reports: list[tuple[SentLog, int]]):
         def report(err, _msg) -> None:
-            log.delivered[index] = err is None
-            if err is not None:
-                log.errors.append(f"seq {log.seq[index]}: {err}")
+            for log, index in reports:
+                log.delivered[index] = err is None
+                if err is not None:
+                    log.errors.append(f"seq {log.seq[index]}: {err}")
 
         return report
 
-    for seq, source in schedule(sources):
+    for seq, due in rounds(sources) if together else schedule_each(sources):
         if stop.is_set():
             break
-        intended = start_ns + source.offset_ns + send_offset_ns(seq, period_ns, ramp_ns)
+        intended = start_ns + due[0].offset_ns + send_offset_ns(seq, period_ns, ramp_ns)
         wait = intended - tsc_timer.now_ns()
         if wait > 0:
             time.sleep(wait / 1e9)
         sent = tsc_timer.now_ns()
-        value = source.record(run_id, seq, intended, sent)
-        log = source.log
-        log.seq.append(seq)
-        log.intended_ns.append(intended)
-        log.sent_ns.append(sent)
-        log.delivered.append(False)
+        values, reports = [], []
+        for source in due:
+            values.append(source.record(run_id, seq, intended, sent))
+            log = source.log
+            log.seq.append(seq)
+            log.intended_ns.append(intended)
+            log.sent_ns.append(sent)
+            log.delivered.append(False)
+            reports.append((log, len(log.seq) - 1))
+        value = f"[{','.join(values)}]" if together else values[0]
         producer.produce(
-            topic,
-            value.encode(),
-            partition=source.partition,
-            callback=delivered(log, len(log.seq) - 1),
+            topic, value.encode(), partition=due[0].partition, callback=delivered(reports)
         )
         producer.poll(0)  # serve delivery reports without waiting
     remaining = flush(producer, stop)
@@ -256,18 +284,30 @@ def run_producer(
         sources[0].log.errors.append(f"{remaining} records of the group still undelivered")
 
 
+def schedule_each(sources: list[Source]) -> Iterator[tuple[int, list[Source]]]:
+    for seq, source in schedule(sources):
+        yield seq, [source]
+
+
 def sources_of(
-    net: Network, windows: dict[str, Windows], records: int, period_ns: int, partitions: int
+    net: Network,
+    windows: dict[str, Windows],
+    records: int,
+    period_ns: int,
+    partitions: int,
+    groups: int | None = None,
 ) -> list[Source]:
     """Every detector's Source: its share of the records, its offset in the staggered
-    schedule, its partition (detector j to partition j mod partitions: keyed by detector)."""
+    schedule, its partition (detector j to partition j mod partitions: keyed by detector).
+    With `groups` (messages by group), detector j shares group j mod G's offset."""
     keys = [d.key for d in net.detectors]
     counts = per_detector_counts(records, keys)
+    slots = groups or len(keys)
     return [
         Source(
             windows[k],
             counts[k],
-            j * period_ns // len(keys),
+            (j % slots) * period_ns // slots,
             j % partitions,
             SentLog(k),
             net.reachable(k) if net.record_destinations else None,
@@ -336,6 +376,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--run-id", required=True, help="carried in every record")
     p.add_argument("--network", default="freeway", choices=networks.NAMES)
     p.add_argument("--producers", type=int, help="groups, one client each; default 6")
+    p.add_argument(
+        "--messages",
+        default="record",
+        choices=MESSAGES,
+        help="what one Kafka message carries: one record, or a group's records due together",
+    )
     p.add_argument("--records", type=int, default=20_000, help="in total, over all detectors")
     p.add_argument("--period-ms", type=float, default=100.0, help="per detector")
     p.add_argument("--ramp-s", type=float, default=0.0, help="rise to the full rate over this")
@@ -361,7 +407,10 @@ def main(argv: list[str] | None = None) -> int:
         send_malformed(args.bootstrap, args.topic, args.run_id, args.malformed, out)
     period_ns = round(args.period_ms * 1e6)
     partitions = topic_partitions(args.bootstrap, args.topic)
-    sources = sources_of(net, windows, args.records, period_ns, partitions)
+    together = args.messages == "group"
+    sources = sources_of(
+        net, windows, args.records, period_ns, partitions, groups if together else None
+    )
     # Sending makes no reference cycles; a full collection over the growing logs would only
     # delay a send.
     gc.disable()
@@ -382,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
                 stop,
                 round(args.ramp_s * 1e9),
                 sources[g].log.detector if groups == len(sources) else f"producers-{g}",
+                together,
             ),
         )
         for g in range(groups)

@@ -33,22 +33,23 @@ def build_lstm():
     return model
 
 
-def export_litert(model, directory: Path) -> Path:
-    """SavedModel with a fixed (1, 12, 1) signature, converted to a LiteRT flatbuffer.
+def export_litert(model, directory: Path, batch: int = 1, name: str = "model.tflite") -> Path:
+    """SavedModel with a fixed (batch, 12, 1) signature, converted to a LiteRT flatbuffer.
 
-    The fixed batch of one lets the converter fuse each LSTM into one kernel; that and the
-    absence of TensorFlow's per-call overhead are what make single-record inference fast.
+    A fixed batch lets the converter fuse each LSTM into one kernel; that and the absence of
+    TensorFlow's per-call overhead are what make single-record inference fast. The kernel
+    cannot be resized afterwards, so each batch size is an export of its own.
     """
     import tensorflow as tf
 
-    saved = directory / "saved_model"
+    saved = directory / ("saved_model" if batch == 1 else f"saved_model_b{batch}")
     model.export(
         str(saved),
         format="tf_saved_model",
-        input_signature=[tf.TensorSpec((1, LOOKBACK, 1), tf.float32, name=SERVING_INPUT)],
+        input_signature=[tf.TensorSpec((batch, LOOKBACK, 1), tf.float32, name=SERVING_INPUT)],
         verbose=False,
     )
     flatbuffer = tf.lite.TFLiteConverter.from_saved_model(str(saved)).convert()
-    path = directory / "model.tflite"
+    path = directory / name
     path.write_bytes(flatbuffer)
     return path
