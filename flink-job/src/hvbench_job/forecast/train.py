@@ -113,29 +113,10 @@ def parity(model, directory: Path, x_test: np.ndarray) -> dict[str, float]:
     }
 
 
-def train(
-    data_dir: Path,
-    out: Path,
-    seed: int = 42,
-    epochs: int = DEFAULT_EPOCHS,
-    batch_size: int = 128,
-    baselines: tuple[str, ...] = BASELINES,
-    log=print,
-) -> dict:
+def fit_lstm(x_train, y_train, seed: int, epochs: int, batch_size: int):
+    """The Table 3 LSTM fitted, seeded and deterministic: (model, history, seconds)."""
     import keras
     import tensorflow as tf
-
-    started = time.monotonic()
-    out.mkdir(parents=True, exist_ok=True)
-    stations = [d.station for d in detectors.DETECTORS]
-    data = pems.load(data_dir, stations)
-    log(data.describe())
-    split: Split = chronological_split(data, stations)
-    log(f"windows: {split.summary()}")
-    scaler = MinMaxScaler.fit(np.concatenate([split.train.x.ravel(), split.train.y]))
-    x_train = scaler.transform(split.train.x)[..., None].astype(np.float32)
-    y_train = scaler.transform(split.train.y).astype(np.float32)
-    x_test = scaler.transform(split.test.x)[..., None].astype(np.float32)
 
     keras.utils.set_random_seed(seed)
     tf.config.experimental.enable_op_determinism()
@@ -156,7 +137,59 @@ def train(
         ],
         verbose=2,
     )
-    fit_seconds = time.monotonic() - fit_started
+    return model, history, time.monotonic() - fit_started
+
+
+def save_served(model, scaler: MinMaxScaler, out: Path) -> dict[str, str]:
+    """The Keras model, the scaler and both LiteRT exports in `out`: {file: sha256}."""
+    model.save(out / "model.keras")
+    (out / "scaler.json").write_text(json.dumps(scaler.to_dict(), indent=1) + "\n")
+    export_litert(model, out)
+    export_litert(model, out, BATCH, BATCH_MODEL)
+    return {
+        name: sha256_file(out / name)
+        for name in ("model.tflite", BATCH_MODEL, "scaler.json", "model.keras")
+    }
+
+
+def training_summary(history, epochs: int, batch_size: int, fit_seconds: float) -> dict:
+    return {
+        "epochs_max": epochs,
+        "epochs_run": len(history.history["loss"]),
+        "batch_size": batch_size,
+        "final_loss": float(history.history["loss"][-1]),
+        "best_val_loss": float(min(history.history["val_loss"])),
+        "fit_seconds": round(fit_seconds, 1),
+    }
+
+
+def versions() -> dict[str, str]:
+    packages = ("tensorflow-cpu", "keras", "ai-edge-litert", "scikit-learn", "numpy")
+    return {"python": platform.python_version(), **{p: metadata.version(p) for p in packages}}
+
+
+def train(
+    data_dir: Path,
+    out: Path,
+    seed: int = 42,
+    epochs: int = DEFAULT_EPOCHS,
+    batch_size: int = 128,
+    baselines: tuple[str, ...] = BASELINES,
+    log=print,
+) -> dict:
+    started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    stations = [d.station for d in detectors.DETECTORS]
+    data = pems.load(data_dir, stations)
+    log(data.describe())
+    split: Split = chronological_split(data, stations)
+    log(f"windows: {split.summary()}")
+    scaler = MinMaxScaler.fit(np.concatenate([split.train.x.ravel(), split.train.y]))
+    x_train = scaler.transform(split.train.x)[..., None].astype(np.float32)
+    y_train = scaler.transform(split.train.y).astype(np.float32)
+    x_test = scaler.transform(split.test.x)[..., None].astype(np.float32)
+
+    model, history, fit_seconds = fit_lstm(x_train, y_train, seed, epochs, batch_size)
     predicted = model.predict(x_test, batch_size=2048, verbose=0).ravel()
     table = {"lstm": scores(split.test.y, scaler.inverse(predicted))}
     for name in baselines:
@@ -166,14 +199,7 @@ def train(
         log(f"{LABELS[name]}: {table[name]} ({time.monotonic() - t:.1f} s)")
     log(write_table(table, out))
 
-    model.save(out / "model.keras")
-    (out / "scaler.json").write_text(json.dumps(scaler.to_dict(), indent=1) + "\n")
-    export_litert(model, out)
-    export_litert(model, out, BATCH, BATCH_MODEL)
-    files = {
-        name: sha256_file(out / name)
-        for name in ("model.tflite", BATCH_MODEL, "scaler.json", "model.keras")
-    }
+    files = save_served(model, scaler, out)
     manifest = {
         "format": "hvbench-forecaster/1",
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -184,22 +210,9 @@ def train(
         "data": {"directory": str(data_dir), "files": len(data.files), "stations": stations},
         "split": split.summary(),
         "scaler": scaler.to_dict(),
-        "training": {
-            "epochs_max": epochs,
-            "epochs_run": len(history.history["loss"]),
-            "batch_size": batch_size,
-            "final_loss": float(history.history["loss"][-1]),
-            "best_val_loss": float(min(history.history["val_loss"])),
-            "fit_seconds": round(fit_seconds, 1),
-        },
+        "training": training_summary(history, epochs, batch_size, fit_seconds),
         "scores": table,
-        "versions": {
-            "python": platform.python_version(),
-            **{
-                p: metadata.version(p)
-                for p in ("tensorflow-cpu", "keras", "ai-edge-litert", "scikit-learn", "numpy")
-            },
-        },
+        "versions": versions(),
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     manifest["parity"] = parity(model, out, x_test)
