@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from hvbench_load.broker import BrokerError, KafkaBroker, KafkaCluster, new_cluster_id
+from hvbench_agent import tether
+from hvbench_load.broker import (
+    SERVE_STOP_S,
+    BrokerError,
+    KafkaBroker,
+    KafkaCluster,
+    new_cluster_id,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -18,6 +25,11 @@ def test_cluster_ids_have_kafkas_format():
     ids = {new_cluster_id() for _ in range(2000)}
     assert len(ids) == 2000 and all(len(i) == 22 and "=" not in i for i in ids)
     assert not any(i.startswith("-") for i in ids)
+
+
+def test_a_served_broker_kills_its_jvm_before_the_tether_would_kill_it():
+    # the JVM has a session of its own: the tether's SIGKILL to main()'s group would miss it
+    assert SERVE_STOP_S + 2 < tether.GRACE_S  # + main()'s half-second polls on the way
 
 
 def test_missing_jars_are_named(tmp_path):

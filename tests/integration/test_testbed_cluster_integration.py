@@ -63,3 +63,6 @@ def test_the_nodes_and_taskmanagers_start_where_the_layout_puts_them(tmp_path):
     assert args.role == "submit" and args.taskmanagers == 2
     assert job_args == ["--bootstrap", kafka["bootstrap"], "--parallelism", "2"]
     assert leftover_processes(tmp_path) == []  # every node and Flink process stopped
+    # each node's process ended by itself, its JVM stopped (or killed) first: killed by its
+    # tether instead (137), it would have left the JVM running
+    assert [n["process"].returncode for n in cluster.nodes] == [0, 0, 0]

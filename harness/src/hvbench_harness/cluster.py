@@ -25,7 +25,7 @@ from hvbench_job.session import FlinkSession
 from hvbench_load.broker import KafkaCluster, free_port, new_cluster_id
 
 from hvbench_harness import spec
-from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, tail
+from hvbench_harness.parts import Parts, RunError, ask_to_stop, line_queue, log, next_line, tail
 from hvbench_harness.testbed import Machine
 
 REPLICATION, MIN_INSYNC = 3, 2  # at most: fewer nodes hold fewer copies
@@ -201,6 +201,9 @@ class TestbedCluster:
                 stdout=subprocess.PIPE, stderr=err,
             )  # fmt: skip
             node["lines"] = line_queue(proc.stdout)
+        # asked to stop all at once, before each is waited for (the parts stop in reverse):
+        # one after another, the last would wait for a quorum already gone
+        parts.on_teardown(self.ask_nodes_to_stop)
         described = [self.first_line(parts, node) for node in self.nodes]
         log(f"Kafka cluster up: {len(self.nodes)} nodes, replication {replicas}")
         return {
@@ -212,6 +215,11 @@ class TestbedCluster:
             "topics": described[0]["topics"],
             "placement": {f"node {n['id']}": n["machine"].name for n in self.nodes},
         }
+
+    def ask_nodes_to_stop(self) -> None:
+        for node in self.nodes:
+            if node["process"].poll() is None:
+                ask_to_stop(node["process"])
 
     def topics(self) -> str:
         return f"input:{INPUT_PARTITIONS},output,dead-letter"

@@ -37,6 +37,11 @@ KAFKA_VERSION = "4.3.1"
 # (hvbench_job.jvm: C1 only, G1, the heap touched at start-up); its background threads yield
 # to every other thread once it serves.
 DEFAULT_JVM_OPTS = ("-Xms1g", "-Xmx1g", "-Djava.awt.headless=true", *jvm.OPTIONS)
+# How long main() lets the JVM shut down before it kills it. Under the tether's grace
+# (hvbench_agent.tether, 20 s): the JVM has a session of its own, so if the tether killed this
+# process first the JVM would be left running. The last node of a cluster never finishes a
+# controlled shutdown (its quorum is gone), so this limit is reached there.
+SERVE_STOP_S = 10.0
 
 LOG4J2 = """\
 status = warn
@@ -616,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker: {e}", file=sys.stderr)
         return 1
     finally:
-        broker.stop()
+        broker.stop(SERVE_STOP_S)
 
 
 def node(args: argparse.Namespace) -> KafkaBroker:
