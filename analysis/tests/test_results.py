@@ -103,11 +103,13 @@ def test_a_version_2_run_is_upgraded_to_a_completed_run_without_faults(tmp_path)
     )
 
 
-def test_a_version_7_run_reads_as_a_record_a_message(tmp_path):
+def test_a_version_7_run_reads_as_a_record_a_message_from_one_client_pair(tmp_path):
     folder = write_run(tmp_path / "v7", np.full(10, 2_000_000))
     meta = json.loads((folder / "meta.json").read_text())
     meta["schema"] = 7
     meta["requested"].pop("messages", None)
+    meta["requested"].pop("clients", None)
     (folder / "meta.json").write_text(json.dumps(meta))
-    assert results.read_meta(folder)["requested"]["messages"] == "record"
+    requested = results.read_meta(folder)["requested"]
+    assert (requested["messages"], requested["clients"]) == ("record", 1)
     assert load_runs([folder]).runs.loc[0, "load"] == ""

@@ -89,7 +89,12 @@ def test_runs_that_send_by_group_are_a_configuration_of_their_own(tmp_path):
     write_run(tmp_path / "six", np.full(10, MS))  # six groups, a record a message: no label
     grouped = {"producers": 1, "messages": "group"}
     write_run(tmp_path / "one-group", np.full(10, MS), requested=grouped)
-    assert runs_per_label(tmp_path) == {"bare/none": 1, "bare/none (1 group, by group)": 1}
+    write_run(tmp_path / "two-pairs", np.full(10, MS), requested={"clients": 2})
+    assert runs_per_label(tmp_path) == {
+        "bare/none": 1,
+        "bare/none (1 group, by group)": 1,
+        "bare/none (6 groups, 2 client pairs)": 1,
+    }
 
 
 def test_flags_beside_each_run_and_each_configuration(tmp_path):

@@ -255,6 +255,8 @@ def test_an_array_is_forecast_in_one_batch_and_answered_with_one_array(small_mod
         assert got["job_in_ns"] + got["predict_ns"] + got["route_ns"] <= got["job_out_ns"]
     (letter,) = [json.loads(x) for x in batched.dead_letters]
     assert letter["reason"].startswith("element 1 of 14: unknown detector")
+    # the job answers the message's client pair, named by its (first) record's detector
+    assert batched.detector == outputs[0]["detector"]
     assert letter["key"]["seq"] == 8 and json.loads(letter["record"])["detector"] == "nowhere"
 
 

@@ -174,3 +174,24 @@ def test_sent_but_never_acknowledged_is_undelivered_not_missing(clean_run):
     write_csv(clean_run / "sent.csv", SENT_HEADER, sent)
     _, counts, _ = account(clean_run, RUN, 0)
     assert counts.undelivered == 2 and counts.missing == 0 and counts.received == 3
+
+
+def test_two_client_pairs_are_accounted_together_each_row_with_its_pair(tmp_path):
+    """Pair 0 sends athens, pair 1 berlin, each pair's files of its own (accounting.pair_file);
+    a latency is two stamps of one pair's files; each consumer's foreign results add up."""
+    for pair, detector in enumerate(("athens", "berlin")):
+        suffix = "" if pair == 0 else f"-{pair}"
+        sent = [(detector, i, i * 100 * MS, i * 100 * MS + 10, 1) for i in range(5)]
+        received = [
+            (d, s, i, sn, sn + (pair + 1) * MS, 1, 1, 1, 1, "a/b") for d, s, i, sn, _ in sent
+        ]
+        write_csv(tmp_path / f"sent{suffix}.csv", SENT_HEADER, sent)
+        write_csv(tmp_path / f"received{suffix}.csv", RECEIVED_FIELDS, received[: 4 + pair])
+        (tmp_path / f"consumer{suffix}.json").write_text(json.dumps({"foreign_results": 1}))
+    samples, counts, _ = account(tmp_path, RUN, 0, None, pairs=2)
+    assert (counts.sent, counts.received, counts.missing, counts.foreign_results) == (10, 9, 1, 2)
+    by_pair = samples.groupby("client")
+    assert by_pair["detector"].unique().map(list).to_dict() == {0: ["athens"], 1: ["berlin"]}
+    assert by_pair["latency_ns"].max().to_dict() == {0: MS, 1: 2 * MS}
+    # one pair's files alone: the second pair's are not read
+    assert account(tmp_path, RUN, 0, None)[1].sent == 5

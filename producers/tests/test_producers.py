@@ -2,9 +2,9 @@ import json
 
 import numpy as np
 import pytest
-from hvbench_job import detectors, networks
+from hvbench_job import clients, detectors, networks
 from hvbench_job.records import RecordError, parse
-from hvbench_load.consumer import results_of
+from hvbench_load.consumer import Receiver, results_of
 from hvbench_load.producers import (
     MALFORMED_KINDS,
     load_windows,
@@ -142,3 +142,22 @@ def test_the_consumer_takes_each_result_of_an_array_message():
     both = b'[{"run":"r","detector":"athens","seq":1},{"run":"r","detector":"long_beach","seq":2}]'
     assert [json.loads(r)["seq"] for r in results_of(both)] == [1, 2]
     assert results_of(b"[not json") == [b"[not json"]  # one foreign value, not lost
+
+
+def test_client_pairs_split_the_detectors_and_their_records_exactly_once():
+    """Each pair's consumer waits for its own groups' detectors only (group g to pair g mod
+    CLIENTS); over the pairs, every detector and every record once."""
+    keys = [d.key for d in networks.network("bay").detectors]
+    receivers = [
+        Receiver("127.0.0.1:1", ["output"], "g", "r1", 20_000, "bay", (6, 4, pair))
+        for pair in range(4)
+    ]
+    assert sum(r.expected for r in receivers) == 20_000
+    assert sorted(k for r in receivers for k in r.due) == sorted(keys)
+    by_detector = clients.clients_by_detector(keys, 6, 4)
+    for pair, receiver in enumerate(receivers):
+        assert all(by_detector[k] == pair for k in receiver.due)
+        assert all(keys.index(k) % 6 % 4 == pair for k in receiver.due)  # group j mod 6
+    assert [clients.output_topic(k) for k in range(3)] == ["output", "output-1", "output-2"]
+    for r in receivers:
+        r.close()

@@ -175,6 +175,7 @@ def test_nothing_is_left_running(plain_run):
         (["--network", "bays"], "unknown NETWORK 'bays' (did you mean bay?)"),
         (["--messages", "groups"], "unknown MESSAGES 'groups' (did you mean group?)"),
         (["--producers", "7"], "PRODUCERS=7: NETWORK=freeway has 6 detectors"),
+        (["--producers", "2", "--clients", "3"], "CLIENTS=3: each client pair needs a producer"),
         (["--network", "bay"], "is for NETWORK=freeway, not bay (make data NETWORK=bay"),
     ],
 )

@@ -34,7 +34,7 @@ def local_testbed() -> Testbed:
 def test_the_nodes_and_taskmanagers_start_where_the_layout_puts_them(tmp_path):
     work = tmp_path / "work"
     paths = Paths("", "", str(REPO / "build/kafka/libs"), str(REPO / "build/flink/lib"), str(work))
-    args = argparse.Namespace(brokers=3, taskmanagers=2, broker_restarts=0)
+    args = argparse.Namespace(brokers=3, taskmanagers=2, broker_restarts=0, clients=2)
     cluster = TestbedCluster(args, local_testbed(), paths)
     with Parts(tmp_path) as parts:
         kafka = cluster.start_kafka(parts)
@@ -51,7 +51,7 @@ def test_the_nodes_and_taskmanagers_start_where_the_layout_puts_them(tmp_path):
     assert len(kafka["bootstrap"].split(",")) == 3
     assert set(kafka["placement"].values()) == {"messaging"}
     assert len(kafka["topics"]["input"]["partitions"]) == 6  # one per detector
-    for topic in ("input", "output", "dead-letter"):
+    for topic in ("input", "output", "output-1", "dead-letter"):  # output-1: the second pair's
         for partition in kafka["topics"][topic]["partitions"]:
             assert sorted(partition["replicas"]) == sorted(partition["isr"]) == [1, 2, 3]
     assert flink["taskmanagers"] == ["realtime 1", "realtime 2"]

@@ -533,8 +533,11 @@ def test_make_run_scale_cluster_on_kvm_spreads_kafka_and_flink(host, tmp_path):
     """SCALE=cluster on the testbed: three KRaft nodes in the messaging machine and a Flink
     session cluster (JobManager, two TaskManagers) in the real-time machine, every one started
     over SSH as the testbed starts them, as services side by side (one machine plays each VM,
-    see with_workload); the setting on both nested real-time VMs, read back from each."""
-    kept, meta = finished_run(host, tmp_path, "kvm-cluster", SCALE="cluster", TASKMANAGERS=2)
+    see with_workload); the setting on both nested real-time VMs, read back from each; the load
+    as two client pairs, each its producers and its own consumer (CLIENTS=2)."""
+    kept, meta = finished_run(
+        host, tmp_path, "kvm-cluster", SCALE="cluster", TASKMANAGERS=2, CLIENTS=2
+    )
     counts = meta["counts"]
     assert (counts["sent"], counts["received"], counts["missing"]) == (60, 60, 0)
     assert counts["accounted"] and counts["malformed_dead_lettered"] == 2
@@ -552,6 +555,11 @@ def test_make_run_scale_cluster_on_kvm_spreads_kafka_and_flink(host, tmp_path):
             assert readback["vcpus"][0]["cpu_max"] == "50000 100000", (when, readback)
     # one machine stamps both ends; the TaskManagers run there too: one clock throughout
     assert meta["clock"]["job"]["method"] == "one calibration"
+    # both pairs in the one messaging machine, on the run's calibration; each its own records
+    pairs = [(p["client"], p["machine"], p["calibration"]) for p in meta["clock"]["clients"]]
+    assert pairs == [(k, "messaging (controller)", "the run's") for k in (0, 1)]
+    samples = pd.read_csv(kept / "samples.csv")
+    assert samples.groupby("client").size().to_dict() == {0: 30, 1: 30}
     install_dir, run_dir = workload_dirs(host)
     assert here(f"pgrep -af '[/]{str(install_dir)[1:]}' || true").strip() == ""
     assert list(run_dir.iterdir()) == []

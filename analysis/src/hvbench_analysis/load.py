@@ -152,13 +152,16 @@ def tags_of(meta: dict) -> dict:
 
 
 def load_tag(requested: dict) -> str:
-    """How the producers sent (PRODUCERS, MESSAGES): "" for six groups each sending a record
-    a message (every run before MESSAGES), else e.g. "1 group, by group"."""
+    """How the producers sent (PRODUCERS, MESSAGES, CLIENTS): "" for six groups each sending a
+    record a message from one client pair (every run before MESSAGES), else e.g. "1 group,
+    by group" or "6 groups, 2 client pairs"."""
     groups = requested.get("producers", PRODUCERS)
     by_group = requested.get("messages", "record") == "group"
-    if groups == PRODUCERS and not by_group:
+    pairs = requested.get("clients", 1)
+    if groups == PRODUCERS and not by_group and pairs == 1:
         return ""
-    return f"{groups} group{'s' if groups != 1 else ''}" + (", by group" if by_group else "")
+    tag = f"{groups} group{'s' if groups != 1 else ''}" + (", by group" if by_group else "")
+    return tag + (f", {pairs} client pairs" if pairs > 1 else "")
 
 
 def noise_tags(requested: dict) -> dict:

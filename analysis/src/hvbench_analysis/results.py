@@ -32,7 +32,10 @@ import pandas as pd
 # ran one broker and one Flink JVM.
 # 7: the road network (`requested.network`, freeway or bay, and `requested.detectors`, how many
 # send); older runs used the six freeway detectors.
-SCHEMA_VERSION = 8
+# 8: `requested.messages` (record or group) and `requested.producers` as asked.
+# 9: client pairs (`requested.clients`; `clock.clients`, each pair's machine and calibration;
+# samples.csv `client`); older runs had one pair.
+SCHEMA_VERSION = 9
 META = "meta.json"
 SAMPLES = "samples.csv"
 DEAD_LETTERS = "dead_letters.jsonl"
@@ -44,6 +47,7 @@ SCALE_ONE = {"scale": "one", "brokers": None, "taskmanagers": None}  # `requeste
 FREEWAY = {"network": "freeway", "detectors": 6}  # `requested` before 7
 # Runs before schema 8 sent each record as a message of its own (MESSAGES=record).
 A_RECORD_A_MESSAGE = {"messages": "record"}
+ONE_PAIR = {"clients": 1}  # `requested` before 9
 SETTING_KEYS = ("budget_us", "period_us", "priority", "extratime", "weight", "cap")
 # Counts added in version 3: foreign records are other runs' (reported, never a problem);
 # contradictions and lost dead letters are problems.
@@ -142,6 +146,8 @@ def upgrade(meta: dict) -> dict:
         meta["requested"] = {**FREEWAY, **meta["requested"]}
     if version < 8 and isinstance(meta.get("requested"), dict):
         meta["requested"] = {**A_RECORD_A_MESSAGE, **meta["requested"]}
+    if version < 9 and isinstance(meta.get("requested"), dict):
+        meta["requested"] = {**ONE_PAIR, **meta["requested"]}
     meta["schema"] = SCHEMA_VERSION
     return meta
 

@@ -24,6 +24,7 @@ from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.common.serialization import SimpleStringSchema
 from pyflink.datastream import (
     DataStream,
+    OutputTag,
     ProcessFunction,
     RuntimeContext,
     StreamExecutionEnvironment,
@@ -37,7 +38,7 @@ from pyflink.datastream.connectors.kafka import (
     KafkaSource,
 )
 
-from hvbench_job import detectors, jvm, networks
+from hvbench_job import clients, detectors, jvm, networks
 from hvbench_job.dead_letters import CONFIG as DEAD_LETTER_CONFIG
 from hvbench_job.dead_letters import DeadLetterWriter
 
@@ -154,8 +155,12 @@ class ForecastAndRoute(ProcessFunction):
         force_tsc: bool,
         calibration: dict | None = None,
         settings_path: str | None = None,
+        answers: dict[str, int] | None = None,
     ) -> None:
         self.model_dir, self.route, self.force_tsc = model_dir, route, force_tsc
+        # detector -> client pair (hvbench_job.clients); pair k > 0 is answered on a side output
+        self.client_of = answers or {}
+        self.tags = answer_tags(max(self.client_of.values(), default=0) + 1)
         self.calibration = calibration  # the run's, where the job shares its machine's clock
         self.settings_path = settings_path  # the JVM's background threads are recorded there
         self.dead_letter_target = dead_letters  # (bootstrap, topic)
@@ -181,11 +186,17 @@ class ForecastAndRoute(ProcessFunction):
             self.dead_letters.write(letter)
         if outcome.output is not None:
             self.dead_letters.serve()
-            yield outcome.output
+            client = self.client_of.get(outcome.detector, 0)
+            yield outcome.output if client == 0 else (self.tags[client], outcome.output)
 
     def close(self) -> None:
         if self.dead_letters is not None:
             self.dead_letters.close()
+
+
+def answer_tags(pairs: int) -> list[OutputTag | None]:
+    """The side output of each client pair past the first (whose answers are the main output)."""
+    return [None] + [OutputTag(clients.output_topic(k), Types.STRING()) for k in range(1, pairs)]
 
 
 def record_background_threads(settings_path: str | None) -> None:
@@ -218,16 +229,18 @@ def build(
     force_tsc: bool = False,
     calibration: dict | None = None,
     settings_path: str | None = None,
+    answers: dict[str, int] | None = None,
 ) -> DataStream:
     """The job's logic on any stream of raw records: the outputs. Dead letters go to
     `dead_letters` (bootstrap, topic) from the operator; route is (origin, destination,
     heuristic, network); with `calibration` (tsc_timer's) the job stamps on that clock; the JVM's
-    background threads are recorded in the settings at `settings_path`."""
+    background threads are recorded in the settings at `settings_path`. With `answers`
+    (detector -> client pair), pair k > 0's outputs are side output answer_tags(...)[k]."""
+    function = ForecastAndRoute(
+        model_dir, route, dead_letters, force_tsc, calibration, settings_path, answers
+    )
     return (
-        source.process(
-            ForecastAndRoute(model_dir, route, dead_letters, force_tsc, calibration, settings_path),
-            output_type=Types.STRING(),
-        )
+        source.process(function, output_type=Types.STRING())
         .name("forecast-route")
         .uid("forecast-route")
     )
@@ -301,7 +314,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port")
     p.add_argument("--model", required=True, help="trained forecaster directory (make train)")
     p.add_argument("--input", default="input")
-    p.add_argument("--output", default="output")
+    p.add_argument("--output", default=clients.OUTPUT, help="pair k > 0 is answered on OUTPUT-k")
+    p.add_argument("--producers", type=int, help="the load's producer groups (with --clients)")
+    p.add_argument("--clients", type=int, default=1, help="the load's client pairs")
     p.add_argument("--dead-letter", default="dead-letter")
     p.add_argument("--group", default="hvbench-job")
     p.add_argument("--network", default="freeway", choices=networks.NAMES)
@@ -324,6 +339,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "send and receipt: the job's stamps are then on the same clock",
     )
     return p.parse_args(argv)
+
+
+def answers(net: networks.Network, producers: int | None, pairs: int) -> dict[str, int] | None:
+    """Which client pair each detector's outputs answer (hvbench_job.clients); None for one."""
+    if pairs <= 1:
+        return None
+    keys = [d.key for d in net.detectors]
+    return clients.clients_by_detector(keys, clients.groups(producers, len(keys)), pairs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -349,8 +372,12 @@ def main(argv: list[str] | None = None) -> None:
         args.force_tsc,
         calibration,
         args.settings_out,
+        answers(net, args.producers, args.clients),
     )
     outputs.sink_to(kafka_sink(args.bootstrap, args.output)).name("kafka-output")
+    for k, tag in enumerate(answer_tags(args.clients)[1:], start=1):
+        topic = clients.output_topic(k, args.output)
+        outputs.get_side_output(tag).sink_to(kafka_sink(args.bootstrap, topic)).name(topic)
     if args.settings_out:
         applied = {
             "flink": settings,
@@ -360,6 +387,8 @@ def main(argv: list[str] | None = None) -> None:
             "sink_delivery_guarantee": "AT_LEAST_ONCE",
             "dead_letters": {"writer": "the operator's own client", "config": DEAD_LETTER_CONFIG},
             "topics": {"input": args.input, "output": args.output, "dead_letter": args.dead_letter},
+            # each client pair's output topic (hvbench_job.clients)
+            "answers": clients.output_topics(args.clients, args.output),
             "network": args.network,
             "route": {"origin": args.origin, "destination": args.destination},
             "heuristic": args.heuristic,

@@ -33,6 +33,7 @@ class Outcome:
 
     output: str | None = None
     dead_letter: str | None = None
+    detector: str | None = None  # the output's
 
 
 @dataclass
@@ -41,6 +42,7 @@ class MessageOutcome:
 
     output: str | None = None
     dead_letters: list[str] = field(default_factory=list)
+    detector: str | None = None  # of the output's (first) record: whose client it answers
 
 
 class Pipeline:
@@ -84,14 +86,15 @@ class Pipeline:
         done = tsc_timer.now_ns()
         self.processed += 1
         output = self._output(record, predicted, expected_speed, route, start, predicted_at, done)
-        return Outcome(output=output)
+        return Outcome(output=output, detector=record.detector)
 
     def process_message(self, raw: str | bytes) -> MessageOutcome:
         """One message: a record (as process()) or an array of records, answered with one
         array of outputs in the same order."""
         if raw.lstrip()[:1] not in ("[", b"["):
             one = self.process(raw)
-            return MessageOutcome(one.output, [one.dead_letter] if one.dead_letter else [])
+            letters = [one.dead_letter] if one.dead_letter else []
+            return MessageOutcome(one.output, letters, one.detector)
         start = tsc_timer.now_ns()
         try:
             items = parse_message(raw, self.network)
@@ -112,7 +115,8 @@ class Pipeline:
         for fields in outputs:
             # the batch's forecast time is shared by its records; each routes on its own
             fields.update(predict_ns=predicted_at - start, job_in_ns=start, job_out_ns=out_ns)
-        return MessageOutcome(json.dumps(outputs, separators=(",", ":")), letters)
+        answer = json.dumps(outputs, separators=(",", ":"))
+        return MessageOutcome(answer, letters, outputs[0]["detector"])
 
     def _routed(self, records: list[InputRecord], predicted: list[float]):
         """Each record's output fields, routed in order; and the records with no route."""

@@ -15,6 +15,10 @@ an injected malformed record only if it holds that record's exact text (cut to a
 long one, with the exact length). Everything else in the run's topics is foreign: counted and
 reported, never a problem.
 
+With client pairs (CLIENTS, hvbench_job.clients) each pair's producers and consumer write
+files of their own (pair_file): each row keeps its pair (`client`), and a latency is two stamps
+of that pair's machine.
+
 The files are the parts' own, in the run's work directory; any of them may be absent when a
 run failed or was interrupted (a part that never started writes nothing): the counts are then
 those of what was written.
@@ -92,6 +96,18 @@ class Counts:
         return {**asdict(self), "accounted": self.accounted}
 
 
+def pair_file(name: str, pair: int) -> str:
+    """A client pair's own file: sent.csv for the first, sent-1.csv for the second, ..."""
+    stem, _, suffix = name.partition(".")
+    return name if pair == 0 else f"{stem}-{pair}.{suffix}"
+
+
+def read_pairs(work: Path, name: str, columns: list[str], pairs: int) -> pd.DataFrame:
+    """Every pair's `name` (pair_file) as one table, each row with its pair (`client`)."""
+    tables = [read_csv(work / pair_file(name, k), columns).assign(client=k) for k in range(pairs)]
+    return pd.concat(tables, ignore_index=True) if pairs > 1 else tables[0]
+
+
 def read_lines(path: Path) -> list:
     if not path.exists():
         return []
@@ -117,7 +133,7 @@ def join(sent: pd.DataFrame, received: pd.DataFrame, warmup_ns: int) -> pd.DataF
     """One row per sent record: its first receipt, copies, latencies, warm-up flag."""
     copies = received.groupby(KEY).size().rename("copies")
     first = received.sort_values("received_ns").drop_duplicates(KEY, keep="first")
-    first = first.drop(columns=["intended_ns"], errors="ignore").set_index(KEY)
+    first = first.drop(columns=["intended_ns", "client"], errors="ignore").set_index(KEY)
     samples = sent.set_index(KEY).join(first, how="left").join(copies, how="left").reset_index()
     samples["copies"] = samples["copies"].fillna(0).astype(int)
     samples["received_ns"] = samples["received_ns"].astype(float)
@@ -165,14 +181,16 @@ def attribute(letters: list[dict], run_id: str, injected: list[str], probe: str 
 
 
 def account(
-    work: Path, run_id: str, warmup_ns: int, probe: str | None = None
+    work: Path, run_id: str, warmup_ns: int, probe: str | None = None, pairs: int = 1
 ) -> tuple[pd.DataFrame, Counts, list[dict]]:
-    """(one row per sent record, counts, dead letters) from the parts' files in `work`."""
-    sent = read_csv(work / "sent.csv", SENT_COLUMNS)
-    received = read_csv(work / "received.csv", RECEIVED_COLUMNS)
+    """(one row per sent record, counts, dead letters) from the parts' files in `work`, of
+    `pairs` client pairs (the first also keeps the dead letters and the injected records)."""
+    sent = read_pairs(work, "sent.csv", SENT_COLUMNS, pairs)
+    received = read_pairs(work, "received.csv", RECEIVED_COLUMNS, pairs)
     letters = read_lines(work / "dead_letters.jsonl")
     injected = read_lines(work / "malformed.jsonl")
-    consumer = json.loads(read_text(work / "consumer.json") or "{}")
+    summaries = [read_text(work / pair_file("consumer.json", k)) or "{}" for k in range(pairs)]
+    foreign_results = sum(json.loads(text).get("foreign_results", 0) for text in summaries)
     samples = join(sent, received, warmup_ns)
     sent_keys = set(zip(sent.detector, sent.seq, sent.sent_ns, strict=True))
     refused, found, foreign_letters = attribute(letters, run_id, injected, probe)
@@ -194,7 +212,7 @@ def account(
         malformed_dead_lettered=len(found),
         warmup=int((got & samples["warmup"]).sum()),
         measured=int((got & ~samples["warmup"]).sum()),
-        foreign_results=int(consumer.get("foreign_results", 0)),
+        foreign_results=int(foreign_results),
         foreign_dead_letters=foreign_letters,
         contradictions=int((got & samples["dead_lettered"]).sum()),
         dead_letters_lost=lost_dead_letters(work / "job.out"),

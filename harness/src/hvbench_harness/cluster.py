@@ -21,6 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from hvbench_job import clients
 from hvbench_job.session import FlinkSession
 from hvbench_load.broker import KafkaCluster, free_port, new_cluster_id
 
@@ -64,7 +65,7 @@ class LocalCluster:
         parts.on_teardown(lambda: (kafka.stop(), parts.stopped.append("Kafka cluster")))
         kafka.start()
         kafka.create_topics(["input"], INPUT_PARTITIONS)
-        kafka.create_topics(["output", "dead-letter"])
+        kafka.create_topics([*clients.output_topics(self.args.clients), "dead-letter"])
         kafka.keep(self.args.broker_restarts)
         return kafka
 
@@ -222,7 +223,8 @@ class TestbedCluster:
                 ask_to_stop(node["process"])
 
     def topics(self) -> str:
-        return f"input:{INPUT_PARTITIONS},output,dead-letter"
+        outputs = ",".join(clients.output_topics(self.args.clients))
+        return f"input:{INPUT_PARTITIONS},{outputs},dead-letter"
 
     def first_line(self, parts: Parts, node: dict) -> dict:
         """A node's first line: what it runs, once it serves (and, on the first node, once

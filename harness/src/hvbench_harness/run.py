@@ -14,10 +14,11 @@ interrupted, the counts so far and every sample received. Exit code: 0 completed
 record accounted for, 2 completed with records unaccounted for, 1 failed, 130 interrupted.
 
 On a testbed the harness stays here and starts each part over SSH (hvbench_harness.testbed):
-Kafka, the producers and the consumer in the messaging VM (its TSC stamps both ends), the job in
-the real-time VM, and the scheduler setting for the real-time VM on the host, through the host's
-agent: its vCPU threads on KVM, its cpupool and domain on Xen (`hvbench-agent sched`). Their
-files come back here at the end.
+Kafka, the producers and the consumer in the messaging VM (its TSC stamps both ends; with
+CLIENTS, each client pair in a messaging VM, docs/cluster.md), the job in the real-time VM, and
+the scheduler setting for the real-time VM on the host, through the host's agent: its vCPU
+threads on KVM, its cpupool and domain on Xen (`hvbench-agent sched`). Their files come back
+here at the end.
 
     python -m hvbench_harness.run --sched deadline --budget 20000 --period 100000
     python -m hvbench_harness.run --target kvm --inventory inventory/lab/hosts.yml \
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -53,15 +55,17 @@ from hvbench_load.producers import PRODUCER_CONFIG, SENDING, send_offset_ns
 import tsc_timer
 from hvbench_harness import accounting, inventory, meta, neighbours, spec
 from hvbench_harness import target as targets
+from hvbench_harness.accounting import pair_file
 from hvbench_harness.cpu import PartCpu
 from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, stop_process, tail
-from hvbench_harness.target import TOPICS, Target
+from hvbench_harness.target import CALIBRATION, TOPICS, Target
 from hvbench_harness.testbed import TARGETS, Machine, TestbedError, inventory_target
 
 SCALES = ("one", "cluster")
 
 # The parts' own logs, kept in results/<run-id>/logs/ (with Flink's).
 RUN_LOGS = ("job.out", "producers.out", "consumer.err", "broker.err", "kafka/broker.log")
+PAIR_LOGS = ("producers.out", "consumer.err")  # each client pair's (accounting.pair_file)
 # Errors that end a run (after its checks): the run's results are written if it was sending.
 # A part that could not start (BrokerError, SessionError) ends the run like one that died.
 RUN_ENDING = (
@@ -170,7 +174,7 @@ def check_network(args: argparse.Namespace) -> None:
 
 
 def check_load(args: argparse.Namespace) -> None:
-    """PRODUCERS and MESSAGES (hvbench_load.producers): known values only."""
+    """PRODUCERS, MESSAGES and CLIENTS (hvbench_load.producers): known values only."""
     if args.messages not in spec.MESSAGES:
         raise RunError(
             f"unknown MESSAGES {args.messages!r}{spec.suggest(args.messages, spec.MESSAGES)}; "
@@ -181,6 +185,11 @@ def check_load(args: argparse.Namespace) -> None:
         raise RunError(
             f"PRODUCERS={args.producers}: NETWORK={args.network} has {detectors} detectors, "
             f"so 1..{detectors} producer groups"
+        )
+    if not 1 <= args.clients <= args.producers:
+        raise RunError(
+            f"CLIENTS={args.clients}: each client pair needs a producer group of its own, "
+            f"so 1..{args.producers} (PRODUCERS={args.producers})"
         )
 
 
@@ -270,7 +279,9 @@ def measure(
     )
     calibration, meta_doc["cpu_latency"] = target.calibrate(parts)
     meta_doc["clock"] = {"tsc": calibration.as_dict()}
-    (parts.work / "calibration.json").write_text(json.dumps(calibration.as_dict()))
+    (parts.work / CALIBRATION).write_text(json.dumps(calibration.as_dict()))
+    if args.clients > 1:
+        meta_doc["clock"]["clients"] = target.calibrate_clients()
     # each step's phase is entered before the last one's line is logged: a Ctrl-C right after
     # that line is reported in the phase that follows it
     enter(meta_doc, "starting Kafka")
@@ -295,12 +306,13 @@ def measure(
         enter(meta_doc, "measuring the noise floor")
         meta_doc["baseline"] = target.noise_floor(setting, args.baseline_s)
     enter(meta_doc, "starting the consumer")
-    consumer, lines = start_consumer(target, parts, bootstrap, args.records, (job, run_id))
+    pairs = range(args.clients)
+    consumers = [start_consumer(target, parts, bootstrap, k, (job, run_id)) for k in pairs]
     enter(meta_doc, "sending")
     if args.trace:
         target.start_trace(parts)
-    producers = start_producers(target, parts, bootstrap, args, run_id)
-    steal = drain(args, target, parts, (job, consumer, producers), lines, meta_doc)
+    producers = [start_producers(target, parts, bootstrap, run_id, k) for k in pairs]
+    steal = drain(args, target, parts, (job, consumers, producers), meta_doc)
     if args.trace:
         target.stop_trace()
     target.stop_noise()
@@ -318,6 +330,9 @@ def job_clock(samples, target: Target) -> dict:
             f"the job's TaskManagers run on {target.job_clocks} machines, each stamping on "
             "its own clock"
         )
+        return {"method": "none", "known": False, "reason": reason}
+    if (machines := len({m.ssh for m in target.client_machines()})) > 1:
+        reason = f"the client pairs stamp on {machines} machines' clocks"
         return {"method": "none", "known": False, "reason": reason}
     return stages.clock_relation(samples, target.job_shares_clock)
 
@@ -377,7 +392,8 @@ def start_job(target: Target, parts: Parts, bootstrap: str) -> subprocess.Popen:
         *("--network", target.args.network),
         *(["--force-tsc"] if target.args.force_tsc else []),
         # on the machine that stamps send and receipt, the job stamps on the same clock
-        *(["--calibration", f"{paths.work}/calibration.json"] if target.job_shares_clock else []),
+        *(["--calibration", f"{paths.work}/{CALIBRATION}"] if target.job_shares_clock else []),
+        *("--producers", str(target.args.producers), "--clients", str(target.args.clients)),
     ]
     cmd = target.job_command(parts, job_args)
     out = open(parts.work / "job.out", "wb")  # noqa: SIM115 — the child writes to it until the end
@@ -421,27 +437,32 @@ def wait_job_ready(
         stop_process(prober)
 
 
-def start_consumer(target: Target, parts: Parts, bootstrap: str, expect: int, watched):
-    """The consumer, once it has its partitions; and its output's lines."""
+def start_consumer(target: Target, parts: Parts, bootstrap: str, pair: int, watched):
+    """Client pair `pair`'s consumer, once it has its partitions; and its output's lines."""
     job, run_id = watched
-    machine, work = target.messaging, target.paths.work
+    args, work = target.args, target.paths.work
+    machine = target.client_machines()[pair]
     consumer = parts.start(
-        "consumer",
+        "consumer" if pair == 0 else f"consumer {pair}",
         machine,
         machine.module(
             "hvbench_load.consumer",
-            *("--bootstrap", bootstrap, "--calibration", f"{work}/calibration.json"),
-            *("--run-id", run_id, "--expect", str(expect), "--network", target.args.network),
-            *("--out", f"{work}/received.csv", "--dead-letters", f"{work}/dead_letters.jsonl"),
+            *("--bootstrap", bootstrap, "--calibration", f"{work}/{pair_file(CALIBRATION, pair)}"),
+            *("--run-id", run_id, "--expect", str(args.records), "--network", args.network),
+            *("--producers", str(args.producers), "--clients", str(args.clients)),
+            *("--client", str(pair), "--out", f"{work}/{pair_file('received.csv', pair)}"),
+            *("--summary", f"{work}/{pair_file('consumer.json', pair)}"),
+            *("--dead-letters", f"{work}/{pair_file('dead_letters.jsonl', pair)}"),
         ),
         stdout=subprocess.PIPE,
-        stderr=open(parts.work / "consumer.err", "wb"),  # noqa: SIM115 — the child's
+        stderr=open(parts.work / pair_file("consumer.err", pair), "wb"),  # noqa: SIM115
     )
     lines = line_queue(consumer.stdout)
     subscribed_by = time.monotonic() + (60 if not machine.remote else 300)
     while next_line(lines, 1.0) != "consumer: assigned":
         if consumer.poll() is not None or time.monotonic() > subscribed_by:
-            raise RunError("the consumer got no partitions:\n" + tail(parts.work / "consumer.err"))
+            err = tail(parts.work / pair_file("consumer.err", pair))
+            raise RunError(f"the consumer got no partitions:\n{err}")
         watch(target, job)
     return consumer, lines
 
@@ -454,52 +475,59 @@ def watch(target: Target, job: subprocess.Popen) -> None:
 
 
 def start_producers(
-    target: Target, parts: Parts, bootstrap: str, args: argparse.Namespace, run_id: str
+    target: Target, parts: Parts, bootstrap: str, run_id: str, pair: int
 ) -> subprocess.Popen:
-    machine, work = target.messaging, target.paths.work
+    """Client pair `pair`'s producers: its groups' records, each group in its place in the
+    staggered schedule, from the pair's own start."""
+    args, work = target.args, target.paths.work
+    machine = target.client_machines()[pair]
     producers = parts.start(
-        "producers",
+        "producers" if pair == 0 else f"producers {pair}",
         machine,
         machine.module(
             "hvbench_load.producers",
             *("--bootstrap", bootstrap, "--data", target.paths.data),
-            *("--calibration", f"{work}/calibration.json", "--run-id", run_id),
+            *("--calibration", f"{work}/{pair_file(CALIBRATION, pair)}", "--run-id", run_id),
             *("--records", str(args.records), "--period-ms", str(args.send_ms)),
             *("--network", args.network),
             *("--producers", str(args.producers), "--messages", args.messages),
-            *("--ramp-s", str(args.ramp), "--malformed", str(args.malformed)),
-            *("--out", f"{work}/sent.csv", "--malformed-out", f"{work}/malformed.jsonl"),
+            *("--clients", str(args.clients), "--client", str(pair)),
+            # the first pair injects the malformed records (its consumer reads the dead letters)
+            *("--ramp-s", str(args.ramp), "--malformed", str(args.malformed if pair == 0 else 0)),
+            *("--out", f"{work}/{pair_file('sent.csv', pair)}"),
+            *("--malformed-out", f"{work}/malformed.jsonl"),
         ),
-        stdout=open(parts.work / "producers.out", "wb"),  # noqa: SIM115 — the child's
+        stdout=open(parts.work / pair_file("producers.out", pair), "wb"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
     )
-    per_detector = -(-args.records // spec.DETECTORS[args.network])
-    last = send_offset_ns(per_detector - 1, round(args.send_ms * 1e6), round(args.ramp * 1e9))
-    log(f"producers started: about {last / 1e9 + args.send_ms / 1000:.0f} s of sending")
+    if pair == 0:
+        per_detector = -(-args.records // spec.DETECTORS[args.network])
+        ramp_ns = round(args.ramp * 1e9)
+        last = send_offset_ns(per_detector - 1, round(args.send_ms * 1e6), ramp_ns)
+        log(f"producers started: about {last / 1e9 + args.send_ms / 1000:.0f} s of sending")
     return producers
 
 
 def drain(
-    args: argparse.Namespace, target: Target, parts: Parts, procs, lines, meta_doc: dict
+    args: argparse.Namespace, target: Target, parts: Parts, procs, meta_doc: dict
 ) -> dict | None:
-    """Relay the consumer's progress until it has every record, or until DRAIN seconds after
-    the producers finished, watching the job and the broker; the steal time while the
-    producers sent (None if the consumer was first)."""
-    job, consumer, producers = procs
+    """Relay the consumers' progress until each has its pair's records, or until DRAIN seconds
+    after the producers finished, watching the job and the broker; the steal time while the
+    producers sent (None if the consumers were first)."""
+    job, consumers, producers = procs
     machines = target.machines()
     started = time.monotonic()
     cpu_at_start = {m.name: cpu_times(m) for m in machines}
-    pids = target.part_pids(job, {"producers": producers, "consumer": consumer})
-    usage, sending = PartCpu(pids), False
+    pids = target.part_pids(job, {"producers": producers, "consumer": [c for c, _ in consumers]})
+    usage, sending, progress = PartCpu(pids), False, {}
     drain_deadline, steal = None, None
-    while consumer.poll() is None:
-        line = next_line(lines, 0.2)
-        if line:
-            relay_line(line, args.records, started)
+    while any(c.poll() is None for c, _ in consumers):
+        time.sleep(0.2)
+        relay(consumers, progress, started)
         if not sending and SENDING in (parts.work / "producers.out").read_text(errors="replace"):
             usage, sending = PartCpu(pids), True  # from here: loading the data is not sending
         usage.sample()  # before the poll below reaps the producers
-        if producers.poll() is not None and drain_deadline is None:
+        if all(p.poll() is not None for p in producers) and drain_deadline is None:
             enter(meta_doc, "draining")
             drain_deadline = time.monotonic() + args.drain
             steal = target.steal(
@@ -507,17 +535,27 @@ def drain(
             )
         watch(target, job)
         if drain_deadline is not None and time.monotonic() > drain_deadline:
-            stop_process(consumer, 60)
+            for consumer, _ in consumers:
+                stop_process(consumer, 60)
+    relay(consumers, progress, started)
     if sys.stdout.isatty():
         print()
     if usage.pids:
         meta_doc["cpu_per_part"] = usage.result(args.records)
-    producers.wait()
-    if producers.returncode != 0:
-        raise RunError("the producers failed:\n" + tail(parts.work / "producers.out"))
-    if consumer.returncode != 0:
-        raise RunError("the consumer failed:\n" + tail(parts.work / "consumer.err"))
+    check_clients(parts, consumers, producers)
     return steal
+
+
+def check_clients(parts: Parts, consumers: list, producers: list[subprocess.Popen]) -> None:
+    """RunError if a pair's producers or consumer failed."""
+    for pair, proc in enumerate(producers):
+        if proc.wait() != 0:
+            out = tail(parts.work / pair_file("producers.out", pair))
+            raise RunError(f"the producers failed:\n{out}")
+    for pair, (consumer, _) in enumerate(consumers):
+        if consumer.returncode != 0:
+            err = tail(parts.work / pair_file("consumer.err", pair))
+            raise RunError(f"the consumer failed:\n{err}")
 
 
 def cpu_times(machine: Machine) -> tuning.CpuTimes:
@@ -544,7 +582,7 @@ def finish(
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     run_id = meta_doc["run_id"]
     samples, counts, _ = accounting.account(
-        work, run_id, round(args.warmup * 1e9), probe_record(run_id)
+        work, run_id, round(args.warmup * 1e9), probe_record(run_id), args.clients
     )
     latency = accounting.latency_stats(samples)
     facts = collect_facts(target)
@@ -564,11 +602,10 @@ def finish(
             "git": meta.collect_git(),
         }
     )
-    meta_doc.setdefault("clock", {})["stamps"] = (
-        "TSC ns, one calibration shared by producers and consumer " + facts.get("stamps_where", "")
-    )
+    meta_doc.setdefault("clock", {})["stamps"] = stamps_text(args.clients, facts)
     meta_doc["clock"]["job"] = job_clock(samples, target)
-    logs = [work / name for name in RUN_LOGS if (work / name).exists()]
+    names = RUN_LOGS + tuple(pair_file(n, k) for k in range(1, args.clients) for n in PAIR_LOGS)
+    logs = [work / name for name in names if (work / name).exists()]
     logs += sorted((work / "flink-log").glob("*.log")) + sorted(work.glob("noise-*.log"))
     logs += sorted(work.glob("workload-*.log")) + sorted(work.glob("kafka/node-*/broker-*.log"))
     letters = work / "dead_letters.jsonl"
@@ -587,6 +624,19 @@ def finish(
     print_summary(results, counts, latency, meta_doc)
     state = meta_doc["status"]["state"]
     return EXIT_CODES.get(state, 0 if counts.accounted else 2)
+
+
+def stamps_text(pairs: int, facts: dict) -> str:
+    """meta.json `clock.stamps`: which clock each latency's two stamps are on."""
+    if pairs == 1:
+        return "TSC ns, one calibration shared by producers and consumer " + facts.get(
+            "stamps_where", ""
+        )
+    return (
+        f"TSC ns; {pairs} client pairs, each pair's producers and consumer on one machine and "
+        "one calibration (clock.clients): a latency is two stamps of one clock, never two "
+        "machines' (samples.csv `client`)"
+    )
 
 
 def keep_trace(target: Target, work: Path, meta_doc: dict) -> Path | None:
@@ -614,16 +664,24 @@ def read_json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def relay_line(line: str, expect: int, started: float) -> None:
-    if not line.startswith("consumer: received"):
-        if line:
-            log(line)
+def relay(consumers: list, progress: dict, started: float) -> None:
+    """The consumers' lines: their progress (summed over the pairs) on one line, the rest
+    logged as they come."""
+    fresh = False
+    for pair, (_, lines) in enumerate(consumers):
+        while (line := next_line(lines, 0)) is not None:
+            if line.startswith("consumer: received"):
+                progress[pair], fresh = [int(n) for n in re.findall(r"\d+", line)[:3]], True
+            elif line:
+                log(line if pair == 0 else f"pair {pair}: {line}")
+    if not fresh:
         return
-    elapsed = time.monotonic() - started
+    got, due, letters = (sum(figures) for figures in zip(*progress.values(), strict=True))
+    text, elapsed = f"received {got}/{due} dead-letters {letters}", time.monotonic() - started
     if sys.stdout.isatty():
-        print(f"\r  {line[10:]}  ({elapsed:.0f} s)", end="", flush=True)
+        print(f"\r  {text}  ({elapsed:.0f} s)", end="", flush=True)
     elif int(elapsed) % 10 == 0:
-        log(f"  {line[10:]}")
+        log(f"  {text}")
 
 
 def print_summary(results: Path, counts: accounting.Counts, latency: dict, meta_doc: dict) -> None:

@@ -66,6 +66,10 @@ FIELDS = (
     Field("messages", str, "record", "--messages",
           "what one Kafka message carries: record (one record) or group (a producer group's "
           "records, which then fall due together; docs/cluster.md)", "messages"),
+    Field("clients", int, 1, "--clients",
+          "client pairs the producer groups are dealt to, each a producers process and its own "
+          "consumer on one machine (a testbed's messaging VMs in turn): 1 up to PRODUCERS",
+          "clients"),
     Field("records", int, 20_000, "--records", "records in all, over the detectors", "records"),
     Field("send_ms", float, 100.0, "--period-ms", "each detector's send period (ms)",
           "producer_period_ms"),

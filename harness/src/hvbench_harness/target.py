@@ -22,10 +22,12 @@ from hvbench_agent.sched import Setting
 from hvbench_agent.sched.linux import LinuxScheduler, threads_of
 from hvbench_agent.trace import SchedTrace
 from hvbench_analysis.results import BASELINE
+from hvbench_job import clients
 from hvbench_load.broker import KafkaBroker, KafkaCluster
 
 import tsc_timer
 from hvbench_harness import readiness, spec
+from hvbench_harness.accounting import pair_file
 from hvbench_harness.cluster import LocalCluster, TestbedCluster
 from hvbench_harness.hosttrace import HostTrace
 from hvbench_harness.neighbours import LocalNoise, TestbedNoise, assign
@@ -33,15 +35,32 @@ from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, t
 from hvbench_harness.testbed import HostScheduler, Machine, Testbed, TestbedError, resolve
 
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
+CALIBRATION = "calibration.json"  # the run's TSC calibration; each client pair's (pair_file)
+
+
+def topic_names(pairs: int) -> list[str]:
+    """The run's topics: the input, each client pair's output (hvbench_job.clients), the dead
+    letters."""
+    return [TOPICS["input"], *clients.output_topics(pairs), TOPICS["dead_letter"]]
+
+
 # Where a testbed's guests keep each network's traffic data, under their install directory.
 DATA_DIRS = {"freeway": "pems", "bay": "pems-bay"}
 # Threads of the job's JVM that handle records (comm names, cut to 15 characters by the
 # kernel): the chained task of source + Python operator + sink, the Kafka source's fetcher,
-# and the network thread of the results' Kafka sink: three threads. (Dead letters go out
-# through the operator's own client, librdkafka's threads, which no result waits on.)
-# SCHED=deadline applies to these on the bare target.
+# and the network thread of the results' Kafka sink: three threads, and one more per client
+# pair past the first (its sink, job_threads). (Dead letters go out through the operator's own
+# client, librdkafka's threads, which no result waits on.) SCHED=deadline applies to these on
+# the bare target.
 JOB_THREAD_PATTERNS = (r"^Source: kafka-", r"^Source Data Fet", r"^kafka-producer-")
 JOB_THREADS = 3
+
+
+def job_threads(pairs: int) -> int:
+    """The job's record-handling threads per JVM: each client pair's sink has a producer."""
+    return JOB_THREADS + pairs - 1
+
+
 # The job's environment, wherever its Python runs (the client, or a TaskManager's JVM).
 JOB_ENV = ("OPENBLAS_NUM_THREADS=1", "TF_CPP_MIN_LOG_LEVEL=2")
 
@@ -94,7 +113,8 @@ class BareTarget:
             LocalCluster(args, Path(self.paths.work)) if args.scale == "cluster" else None
         )
         jvms = args.taskmanagers if self.cluster else 1  # set by run.check_scale
-        self.scheduler = LinuxScheduler(run_id, JOB_THREAD_PATTERNS, JOB_THREADS * jvms)
+        threads = job_threads(args.clients) * jvms
+        self.scheduler = LinuxScheduler(run_id, JOB_THREAD_PATTERNS, threads)
         self.readiness: dict = {}
         self.broker: KafkaBroker | KafkaCluster | None = None
         self.jvm_pids: list[int] = []  # the job's JVM, or the TaskManagers' JVMs
@@ -103,6 +123,20 @@ class BareTarget:
 
     def machines(self) -> set[Machine]:
         return {self.messaging}
+
+    def client_machines(self) -> list[Machine]:
+        """Where each client pair runs: here, every one."""
+        return [self.messaging] * self.args.clients
+
+    def calibrate_clients(self) -> list[dict]:
+        """meta.json `clock.clients`: every pair here shares the run's calibration."""
+        work = Path(self.paths.work)
+        for pair in range(1, self.args.clients):
+            shutil.copy(work / CALIBRATION, work / pair_file(CALIBRATION, pair))
+        return [
+            {"client": k, "machine": self.messaging.name, "calibration": "the run's"}
+            for k in range(self.args.clients)
+        ]
 
     def check(self, setting: Setting, require: list[str]) -> None:
         """Before anything starts: this machine's readiness and the scheduler's own check."""
@@ -145,7 +179,7 @@ class BareTarget:
         self.broker = broker = KafkaBroker(self.args.kafka_libs, Path(self.paths.work) / "kafka")
         parts.on_teardown(lambda: (broker.stop(), parts.stopped.append("Kafka")))
         broker.start()
-        broker.create_topics(list(TOPICS.values()))
+        broker.create_topics(topic_names(self.args.clients))
         broker.keep(self.args.broker_restarts)
         return {**broker.describe(), "restarts_allowed": self.args.broker_restarts}
 
@@ -178,7 +212,7 @@ class BareTarget:
             "kafka": self.broker.pids() if self.broker else [],
             "flink job": list(self.jvm_pids),
             "job client": [job.pid],  # PyFlink's driver; on a cluster, `flink run`
-            **{name: [proc.pid] for name, proc in clients.items()},
+            **{name: [proc.pid for proc in procs] for name, procs in clients.items()},
         }
         if self.cluster is not None and self.cluster.jobmanager is not None:
             pids["flink jobmanager"] = [self.cluster.jobmanager.pid]
@@ -334,8 +368,28 @@ class TestbedTarget:
         return cluster
 
     def machines(self) -> set[Machine]:
-        used = {self.messaging, self.realtime}
+        used = {self.messaging, self.realtime, *self.client_machines()}
         return used | self.cluster.machines() if self.cluster else used
+
+    def client_machines(self) -> list[Machine]:
+        """Where each client pair runs: the messaging VMs in turn."""
+        vms = self.testbed.messaging_vms
+        return [vms[k % len(vms)] for k in range(self.args.clients)]
+
+    def calibrate_clients(self) -> list[dict]:
+        """Each pair's calibration in its own VM (meta.json `clock.clients`); a pair in the
+        first messaging VM shares the run's."""
+        found = []
+        for pair, machine in enumerate(self.client_machines()):
+            out = f"{self.paths.work}/{pair_file(CALIBRATION, pair)}"
+            doc = {"client": pair, "machine": machine.name, "calibration": "the run's"}
+            if pair > 0 and machine.ssh == self.messaging.ssh:
+                machine.run(["cp", f"{self.paths.work}/{CALIBRATION}", out])
+            elif pair > 0:
+                command = machine.module("tsc_timer", "--out", out, *self.force_tsc())
+                doc["calibration"] = json.loads(machine.run(command).stdout)
+            found.append(doc)
+        return found
 
     def check(self, setting: Setting, require: list[str]) -> None:
         """The neighbours asked for, admission and the domain on the host, then every
@@ -372,6 +426,7 @@ class TestbedTarget:
             "readiness": self.readiness,
             "placement": {
                 "kafka, producers, consumer": self.messaging.name,
+                **self.pair_placement(),
                 "flink job": self.realtime.name,
                 "scheduler setting": f"{self.testbed.host.name}: {self.scheduler.where()}",
                 **self.unused_vms(),
@@ -383,10 +438,17 @@ class TestbedTarget:
         SCALE=one all but the first of each, with SCALE=cluster those beyond BROKERS and
         TASKMANAGERS. Real-time VMs among them still get the scheduler setting."""
         tb, cluster = self.testbed, self.cluster is not None
-        messaging = self.args.brokers if cluster else 1
+        messaging = max(self.args.brokers if cluster else 1, self.args.clients)
         realtime = self.args.taskmanagers if cluster else 1
         unused = [vm.name for vm in (*tb.messaging_vms[messaging:], *tb.realtime_vms[realtime:])]
         return {"without a part": unused} if unused else {}
+
+    def pair_placement(self) -> dict:
+        """With CLIENTS > 1: where each client pair (producers and its consumer) runs."""
+        machines = self.client_machines()
+        if len(machines) == 1:
+            return {}
+        return {f"client pair {k}": machine.name for k, machine in enumerate(machines)}
 
     def hypervisor(self) -> dict:
         """The host's hypervisor as its agent found it before this run: Xen's version and
@@ -419,10 +481,7 @@ class TestbedTarget:
         for machine in self.machines():
             machine.run(["mkdir", "-p", f"{self.paths.work}/flink-log"], root=True)
         calibrate = self.messaging.module(
-            "tsc_timer",
-            "--out",
-            f"{self.paths.work}/calibration.json",
-            *(["--force"] if self.args.force_tsc else []),
+            "tsc_timer", "--out", f"{self.paths.work}/{CALIBRATION}", *self.force_tsc()
         )
         calibration = tsc_timer.Calibration(**json.loads(self.messaging.run(calibrate).stdout))
         self.hz = calibration.hz
@@ -431,6 +490,9 @@ class TestbedTarget:
             "reason": "a testbed's C-states are set by make provision (host_tuning)",
         }
         return calibration, held
+
+    def force_tsc(self) -> list[str]:
+        return ["--force"] if self.args.force_tsc else []
 
     def start_broker(self, parts: Parts) -> dict:
         """Kafka in the messaging VM, listening on the guests' private network only; on a
@@ -452,7 +514,7 @@ class TestbedTarget:
                 "--host",
                 self.testbed.messaging_address,
                 "--topics",
-                ",".join(TOPICS.values()),
+                ",".join(topic_names(self.args.clients)),
                 "--restarts",
                 str(self.args.broker_restarts),
             ),

@@ -5,6 +5,10 @@ and only then parses it. A result is the run's own only if its `run` is the run'
 `detector` and `seq` are a JSON string and integer; others are counted as foreign (never
 matched to a sent record). Dead letters are all kept: the harness attributes them.
 
+With client pairs (`--clients`, hvbench_job.clients) it reads its own pair's output topic
+only, and waits for its own detectors' share of `--expect`; the first pair's also reads the
+dead letters.
+
 It stops when it has seen `--expect` distinct results of its own, or on SIGTERM (the harness
 sends it once the producers are done and the drain time has passed), and writes what it
 received, and the foreign count in --summary; progress goes to stdout once a second.
@@ -25,7 +29,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError
-from hvbench_job import networks
+from hvbench_job import clients, networks
 
 import tsc_timer
 from hvbench_load.producers import per_detector_counts
@@ -100,7 +104,10 @@ class Receiver:
         run_id: str,
         expect: int,
         network: str = "freeway",
+        pair: tuple[int, int, int] = (6, 1, 0),
     ) -> None:
+        """`expect`: the run's records in all; `pair`: (producer groups, client pairs, this
+        pair), whose detectors' results are the ones this consumer waits for."""
         self.consumer = Consumer(
             {"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER_CONFIG}
         )
@@ -118,7 +125,10 @@ class Receiver:
         self.dead_letters: list[tuple[int, bytes]] = []
         self.distinct: set[tuple[str, int]] = set()  # of the keys the producers will send
         keys = [d.key for d in networks.network(network).detectors]
-        self.due = per_detector_counts(expect, keys)
+        groups, pairs, this = pair
+        own = {k for k, c in clients.clients_by_detector(keys, groups, pairs).items() if c == this}
+        self.due = {k: n for k, n in per_detector_counts(expect, keys).items() if k in own}
+        self.expected = sum(self.due.values())
         self.foreign = 0
         self.foreign_examples: list[str] = []
         self.errors: list[str] = []
@@ -205,7 +215,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group", default="hvbench-consumer")
     p.add_argument("--calibration", required=True)
     p.add_argument("--run-id", required=True, help="results of other runs are foreign")
-    p.add_argument("--expect", type=int, required=True, help="distinct results to wait for")
+    p.add_argument("--expect", type=int, required=True, help="the run's records, in all")
+    p.add_argument("--producers", type=int, help="the run's producer groups (default 6)")
+    p.add_argument("--clients", type=int, default=1, help="client pairs the groups are dealt to")
+    p.add_argument("--client", type=int, default=0, help="this pair: its groups' results only")
     p.add_argument("--network", default="freeway", choices=networks.NAMES)
     p.add_argument("--out", required=True, help="CSV of every result received")
     p.add_argument("--dead-letters", required=True, help="JSON lines of every dead letter")
@@ -224,19 +237,24 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    topics = [args.output_topic, args.dead_letter_topic]
-    receiver = Receiver(args.bootstrap, topics, args.group, args.run_id, args.expect, args.network)
+    # the first pair's consumer also keeps the dead letters
+    topics = [clients.output_topic(args.client, args.output_topic)]
+    topics += [args.dead_letter_topic] if args.client == 0 else []
+    groups = clients.groups(args.producers, len(networks.network(args.network).detectors))
+    pair = (groups, args.clients, args.client)
+    group = args.group if args.client == 0 else f"{args.group}-{args.client}"  # a group each
+    receiver = Receiver(args.bootstrap, topics, group, args.run_id, args.expect, args.network, pair)
     print("consumer: subscribed", flush=True)
     # The loop makes no reference cycles; a full collection over the results kept so far would
     # only delay a receipt stamp.
     gc.disable()
     last_report = time.monotonic()
-    while not stopping and len(receiver.distinct) < args.expect:
+    while not stopping and len(receiver.distinct) < receiver.expected:
         receiver.poll(0.1)
         if time.monotonic() - last_report >= 1.0:
             last_report = time.monotonic()
             print(
-                f"consumer: received {len(receiver.distinct)}/{args.expect} "
+                f"consumer: received {len(receiver.distinct)}/{receiver.expected} "
                 f"dead-letters {len(receiver.dead_letters)}",
                 flush=True,
             )

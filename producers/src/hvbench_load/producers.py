@@ -22,6 +22,12 @@ saves is the per-message work of every part (a Kafka request, a fetch, a hand-of
 job's Python, one forecast call for the whole group). The default, `--messages record`, sends
 each record as its own message.
 
+With `--clients C`, the groups are dealt to C client pairs (group g to pair g mod C, see
+hvbench_job.clients), each a producers process and its own consumer, on one machine each;
+`--client k` sends pair k's groups only, each in its place in the staggered schedule (the pairs
+start one after another, so the schedule holds within a pair, not to the nanosecond across
+them).
+
 With a ramp (--ramp-s R) each producer's rate rises linearly from a tenth of the full rate to
 the full rate over the first R seconds, then holds: at high rates this lets the JVMs' JIT
 compilers warm up before the full load arrives instead of building a backlog that outlasts
@@ -55,7 +61,7 @@ from pathlib import Path
 
 import numpy as np
 from confluent_kafka import Producer
-from hvbench_job import networks, pems
+from hvbench_job import clients, networks, pems
 from hvbench_job.forecast import LOOKBACK
 from hvbench_job.networks import Network
 
@@ -382,6 +388,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=MESSAGES,
         help="what one Kafka message carries: one record, or a group's records due together",
     )
+    p.add_argument("--clients", type=int, default=1, help="client pairs the groups are dealt to")
+    p.add_argument("--client", type=int, default=0, help="this pair: its groups only")
     p.add_argument("--records", type=int, default=20_000, help="in total, over all detectors")
     p.add_argument("--period-ms", type=float, default=100.0, help="per detector")
     p.add_argument("--ramp-s", type=float, default=0.0, help="rise to the full rate over this")
@@ -396,9 +404,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tsc_timer.adopt(json.loads(Path(args.calibration).read_text()))
     net = networks.network(args.network)
-    groups = args.producers or min(6, len(net.detectors))
+    groups = clients.groups(args.producers, len(net.detectors))
     if not 1 <= groups <= len(net.detectors):
         raise SystemExit(f"--producers must be 1..{len(net.detectors)} (got {groups})")
+    if not 0 <= args.client < args.clients <= groups:
+        raise SystemExit(f"need 0 <= --client < --clients <= groups ({groups})")
     windows = load_windows(args.data, args.network)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -417,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     # the data is loaded: the harness counts the parts' CPU time per record from here
     print(SENDING, flush=True)
     start = tsc_timer.now_ns() + round(args.start_delay_ms * 1e6)
+    own = [g for g in range(groups) if clients.client_of(g, groups, args.clients) == args.client]
     threads = [
         threading.Thread(
             target=run_producer,
@@ -434,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
                 together,
             ),
         )
-        for g in range(groups)
+        for g in own
     ]
     for t in threads:
         t.start()
@@ -446,7 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         for t in threads:
             t.join()
-    logs = [s.log for s in sources]
+    mine = [s for j, s in enumerate(sources) if j % groups in own]  # the network's order
+    logs = [s.log for s in mine]
     rows = write_sent(Path(args.out), logs)
     errors = [f"{log.detector} {e}" for log in logs for e in log.errors]
     for e in errors[:20]:
@@ -454,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     if stop.is_set():
         print(f"producers: stopped after {rows} records", file=sys.stderr)
         return 1
-    return 1 if errors or rows < args.records else 0
+    return 1 if errors or rows < sum(s.count for s in mine) else 0
 
 
 if __name__ == "__main__":
