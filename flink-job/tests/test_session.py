@@ -1,6 +1,9 @@
 """The Flink session cluster's work directory and commands (hvbench_job.session); the cluster
 itself runs for real in tests/integration/test_cluster_integration.py."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 import yaml
 from hvbench_job import jvm
@@ -73,3 +76,20 @@ def test_a_remote_process_takes_its_options_and_the_jobs_arguments_after_the_das
     assert remote.rest == "10.0.0.11:8081"
     assert remote.config["jobmanager.rpc.address"] == "10.0.0.11"
     assert remote.config["taskmanager.host"] == "10.0.0.12"
+
+
+def test_the_jobs_own_jvm_gets_the_connector_on_its_class_path(tmp_path, monkeypatch):
+    """hvbench_job.job started alone: PyFlink builds its JVM's class path from FLINK_LIB_DIR,
+    which holds the distribution's jars and the connector (not only `pipeline.jars`)."""
+    from hvbench_job import job
+
+    connector = tmp_path / "flink-sql-connector-kafka-5.0.0-2.2.jar"
+    connector.write_bytes(b"")
+    lib = Path(job.gateway_lib(connector))
+    try:
+        names = {p.name for p in lib.iterdir()}
+        assert {p.name for p in PYFLINK.glob("lib/*.jar")} | {connector.name} <= names
+        assert (lib / connector.name).resolve() == connector.resolve()
+        assert job.gateway_lib(connector) == str(lib)  # the next job's: the same links
+    finally:
+        shutil.rmtree(lib)

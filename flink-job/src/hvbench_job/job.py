@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import fcntl
 import gc
+import hashlib
 import json
 import os
 import site
 import sys
+import tempfile
 from pathlib import Path
 
 from pyflink.common import Configuration, Types, WatermarkStrategy
@@ -41,6 +43,7 @@ from pyflink.datastream.connectors.kafka import (
 from hvbench_job import clients, detectors, jvm, networks
 from hvbench_job.dead_letters import CONFIG as DEAD_LETTER_CONFIG
 from hvbench_job.dead_letters import DeadLetterWriter
+from hvbench_job.session import PYFLINK, link_lib
 
 # Kafka client settings of the job's source and sink (the Java client inside the connector).
 SOURCE_PROPERTIES = {
@@ -266,6 +269,20 @@ def connector_jar(directory: Path) -> Path:
     return jars[-1]
 
 
+def gateway_lib(connector: Path) -> str:
+    """The lib directory of the JVM PyFlink starts for the job (session.link_lib), so that the
+    Kafka connector is on that JVM's class path. `pipeline.jars` alone puts it on the context
+    class loader of the one py4j thread that set it; a call py4j serves on another of its
+    connections then cannot find the connector's classes ("Could not found the Java class
+    ...KafkaSource.builder", seen once at a job's start). Links only, one directory per
+    PyFlink and connector, kept for the next job (a stopped job runs no clean-up)."""
+    key = hashlib.sha256(f"{PYFLINK}\n{connector.resolve()}".encode()).hexdigest()[:12]
+    lib = Path(tempfile.gettempdir()) / f"hvbench-job-lib-{key}"
+    lib.mkdir(exist_ok=True)
+    link_lib(lib, connector)
+    return str(lib)
+
+
 def environment(settings: dict[str, str], jars: list[Path]) -> StreamExecutionEnvironment:
     config = Configuration()
     for key, value in settings.items():
@@ -358,6 +375,9 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["JVM_ARGS"] = " ".join([os.environ.get("JVM_ARGS", ""), *jvm.JOB_OPTIONS]).strip()
     settings = job_settings(args.checkpoint_interval_ms, args.parallelism, args.jobmanager)
     jar = connector_jar(Path(args.connector_dir))
+    if "PYFLINK_GATEWAY_PORT" not in os.environ:  # PyFlink starts the JVM (not `flink run`)
+        # FLINK_HOME as PyFlink would find it: unset, PyFlink also resets FLINK_LIB_DIR
+        os.environ.update(FLINK_HOME=str(PYFLINK), FLINK_LIB_DIR=gateway_lib(jar))
     env = environment(settings, [jar])
     source = env.from_source(
         kafka_source(args.bootstrap, args.input, args.group),

@@ -20,6 +20,7 @@ started process is the JVM itself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -39,6 +40,15 @@ PYFLINK = Path(pyflink.__file__).resolve().parent
 
 class SessionError(RuntimeError):
     pass
+
+
+def link_lib(lib: Path, connector: Path) -> None:
+    """A Flink lib directory: links to PyFlink's jars, its Python runtime jar (from opt/) and
+    the Kafka connector."""
+    jars = [*PYFLINK.glob("lib/*.jar"), *PYFLINK.glob("opt/flink-python-*.jar"), connector]
+    for jar in jars:
+        with contextlib.suppress(FileExistsError):  # linked before, or by a job beside this one
+            (lib / jar.name).symlink_to(jar.resolve())
 
 
 class FlinkSession:
@@ -102,11 +112,7 @@ class FlinkSession:
         connectors = sorted(self.connector_dir.glob("flink-sql-connector-kafka-*.jar"))
         if not connectors:
             raise SessionError(f"no Flink Kafka connector jar in {self.connector_dir}")
-        jars = [*PYFLINK.glob("lib/*.jar"), *PYFLINK.glob("opt/flink-python-*.jar"), connectors[-1]]
-        for jar in jars:
-            link = lib / jar.name
-            if not link.exists():
-                link.symlink_to(jar)
+        link_lib(lib, connectors[-1])
         # flat keys are valid YAML, and JSON is YAML: no YAML writer needed
         (conf / "config.yaml").write_text(json.dumps(self.config, indent=2) + "\n")
         for name in ("log4j-console.properties", "log4j-cli.properties", "log4j.properties"):
