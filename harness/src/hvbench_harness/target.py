@@ -206,13 +206,13 @@ class BareTarget:
         """JOB_CPUS: the job (PyFlink and its JVM, every thread they start) on those CPUs."""
         return ["taskset", "--cpu-list", self.args.job_cpus] if self.args.job_cpus else []
 
-    def part_pids(self, job: subprocess.Popen, clients: dict) -> dict[str, list[int]]:
+    def part_pids(self, job: subprocess.Popen, load: dict) -> dict[str, list[int]]:
         """The processes of each part, for the CPU they use while sending (harness.cpu)."""
         pids = {
             "kafka": self.broker.pids() if self.broker else [],
             "flink job": list(self.jvm_pids),
             "job client": [job.pid],  # PyFlink's driver; on a cluster, `flink run`
-            **{name: [proc.pid for proc in procs] for name, procs in clients.items()},
+            **{name: [proc.pid for proc in procs] for name, procs in load.items()},
         }
         if self.cluster is not None and self.cluster.jobmanager is not None:
             pids["flink jobmanager"] = [self.cluster.jobmanager.pid]
@@ -530,7 +530,7 @@ class TestbedTarget:
         self.broker = broker
         return {**json.loads(first), "restarts_allowed": self.args.broker_restarts}
 
-    def part_pids(self, _job: subprocess.Popen, _clients: dict) -> dict[str, list[int]]:
+    def part_pids(self, _job: subprocess.Popen, _load: dict) -> dict[str, list[int]]:
         return {}  # the parts run in guests: their processes are not this machine's
 
     def job_started(self, job: subprocess.Popen) -> str:
