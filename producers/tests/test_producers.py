@@ -2,6 +2,7 @@ import json
 
 import numpy as np
 import pytest
+from confluent_kafka import KafkaException
 from hvbench_job import clients, detectors, networks
 from hvbench_job.records import RecordError, parse
 from hvbench_load.consumer import Receiver, results_of
@@ -15,6 +16,7 @@ from hvbench_load.producers import (
     schedule_each,
     send_offset_ns,
     sources_of,
+    topic_partitions,
 )
 
 
@@ -161,3 +163,28 @@ def test_client_pairs_split_the_detectors_and_their_records_exactly_once():
     assert [clients.output_topic(k) for k in range(3)] == ["output", "output-1", "output-2"]
     for r in receivers:
         r.close()
+
+
+def test_the_partition_count_is_asked_again_until_the_broker_answers(monkeypatch):
+    """A broker that is away (restarting) is asked again; past the wait, its error is raised."""
+    from types import SimpleNamespace
+
+    from hvbench_load import producers
+
+    answers = [KafkaException("away"), KafkaException("away"), None]
+
+    class Restarting:
+        def __init__(self, _config):
+            pass
+
+        def list_topics(self, topic, timeout):
+            if (answer := answers.pop(0)) is not None:
+                raise answer
+            return SimpleNamespace(topics={topic: SimpleNamespace(partitions={0: 0, 1: 1})})
+
+    monkeypatch.setattr(producers, "Producer", Restarting)
+    monkeypatch.setattr(producers.time, "sleep", lambda _s: None)
+    assert topic_partitions("broker:9092", "input") == 2 and answers == []
+    monkeypatch.undo()
+    with pytest.raises(KafkaException):  # nothing listens there, and no wait is left
+        topic_partitions("127.0.0.1:1", "input", wait_s=0, attempt_s=0.5)

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from hvbench_job import clients, networks, pems
 from hvbench_job.forecast import LOOKBACK
 from hvbench_job.networks import Network
@@ -366,9 +366,21 @@ def write_sent(path: Path, logs: list[SentLog]) -> int:
     return rows
 
 
-def topic_partitions(bootstrap: str, topic: str) -> int:
-    metadata = Producer({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    return max(1, len(metadata.topics[topic].partitions))
+def topic_partitions(
+    bootstrap: str, topic: str, wait_s: float = 120.0, attempt_s: float = 10.0
+) -> int:
+    """The topic's partition count, asked again while the broker does not answer for up to
+    wait_s: it may be restarting (BROKER_RESTARTS), which takes some 20 s."""
+    client = Producer({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            metadata = client.list_topics(topic, timeout=attempt_s)
+            return max(1, len(metadata.topics[topic].partitions))
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
