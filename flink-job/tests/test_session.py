@@ -91,5 +91,9 @@ def test_the_jobs_own_jvm_gets_the_connector_on_its_class_path(tmp_path, monkeyp
         assert {p.name for p in PYFLINK.glob("lib/*.jar")} | {connector.name} <= names
         assert (lib / connector.name).resolve() == connector.resolve()
         assert job.gateway_lib(connector) == str(lib)  # the next job's: the same links
+        lib.chmod(0o777)  # writable by others: its jars are not trusted, a fresh one is made
+        fresh = Path(job.gateway_lib(connector))
+        assert fresh != lib and (fresh / connector.name).resolve() == connector.resolve()
+        shutil.rmtree(fresh)
     finally:
         shutil.rmtree(lib)

@@ -274,11 +274,15 @@ def gateway_lib(connector: Path) -> str:
     Kafka connector is on that JVM's class path. `pipeline.jars` alone puts it on the context
     class loader of the one py4j thread that set it; a call py4j serves on another of its
     connections then cannot find the connector's classes ("Could not found the Java class
-    ...KafkaSource.builder", seen once at a job's start). Links only, one directory per
-    PyFlink and connector, kept for the next job (a stopped job runs no clean-up)."""
+    ...KafkaSource.builder", seen once at a job's start). Links only, one directory per user,
+    PyFlink and connector, kept for the next job (a stopped job runs no clean-up); one that is
+    not this user's alone is not used (its jars would run in the job)."""
     key = hashlib.sha256(f"{PYFLINK}\n{connector.resolve()}".encode()).hexdigest()[:12]
-    lib = Path(tempfile.gettempdir()) / f"hvbench-job-lib-{key}"
-    lib.mkdir(exist_ok=True)
+    lib = Path(tempfile.gettempdir()) / f"hvbench-job-lib-{os.getuid()}-{key}"
+    lib.mkdir(mode=0o700, exist_ok=True)
+    found = lib.lstat()
+    if lib.is_symlink() or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        lib = Path(tempfile.mkdtemp(prefix="hvbench-job-lib-"))
     link_lib(lib, connector)
     return str(lib)
 
