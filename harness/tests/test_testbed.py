@@ -20,6 +20,7 @@ from hvbench_harness.testbed import (
     Machine,
     Testbed,
     TestbedError,
+    TestbedHost,
     inventory_target,
     ssh_command,
 )
@@ -303,6 +304,87 @@ def test_the_setting_goes_to_every_real_time_vm_of_a_cluster():
         *("--domain", "rt", "--domain", "rt-2", "--domain", "rt-3", "--pool", "hvbench-rt"),
     ]
     assert scheduler.where() == "rt, rt-2, rt-3 in cpupool hvbench-rt"
+
+
+def file_of_two_hosts(target: str) -> dict:
+    """A testbed file of two hosts: the first runs m and rt, the second rt-2 and rt-3."""
+    doc = file_of_testbed(target, realtime_vms=3)
+    pool = doc["realtime_pool"]
+    second = {"name": "lab-2", "address": "10.0.1.1"}
+    doc["hosts"] = [
+        {"host": doc["host"], "realtime_domains": ["rt"], "messaging_domains": ["m"],
+         "realtime_pool": pool, "host_facts": {"hostname": "lab-1"}},
+        {"host": second, "realtime_domains": ["rt-2", "rt-3"], "messaging_domains": [],
+         "realtime_pool": pool, "host_facts": {"hostname": "lab-2"}},
+    ]  # fmt: skip
+    return doc
+
+
+def test_each_host_of_several_gets_the_setting_of_its_own_real_time_vms():
+    testbed = Testbed.from_json(file_of_two_hosts("xen"))
+    assert [h.machine.ssh[-1] for h in testbed.each_host()] == ["root@10.0.0.1", "root@10.0.1.1"]
+    assert testbed.host.ssh[-1] == "root@10.0.0.1"  # the first: neighbours and traces
+    scheduler = HostScheduler(testbed)
+    second = testbed.each_host()[1]
+    assert scheduler.command("read", host=second)[3:] == [
+        *("--backend", "xen", "--domain", "rt-2", "--domain", "rt-3", "--pool", "hvbench-rt"),
+    ]
+    assert scheduler.command("read")[4:] == ["xen", "--domain", "rt", "--pool", "hvbench-rt"]
+    assert scheduler.where() == (
+        "rt in cpupool hvbench-rt on host (host); rt-2, rt-3 in cpupool hvbench-rt on host (lab-2)"
+    )
+
+
+AGENT = """
+import json, sys
+name, log, refuse = sys.argv[1:4]
+verb, domains = sys.argv[5], [a for i, a in enumerate(sys.argv) if sys.argv[i - 1] == "--domain"]
+with open(log, "a") as f:
+    f.write(f"{name} {verb} {' '.join(domains)}\\n")
+if verb == refuse:
+    sys.exit(f"{verb} refused here")
+found = [{"domain": d, "sched": "fifo"} for d in domains]
+print(json.dumps({"readback": found[0], **({"readbacks": found} if len(found) > 1 else {})}))
+"""
+
+
+def hosts_with_agents(tmp_path: Path, refuse_on_second: str = "") -> tuple[Testbed, Path]:
+    """Two local hosts whose agents log each verb and answer with a readback per domain, the
+    second refusing one verb: the harness's side of several hosts, without them."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    log = tmp_path / "agent.log"
+
+    def host(name: str, domains: tuple[str, ...], refuse: str) -> TestbedHost:
+        agent = (sys.executable, str(tmp_path / "agent.py"), name, str(log), refuse or "-")
+        return TestbedHost(Machine(name, agent_command=agent), domains)
+
+    hosts = (host("a", ("rt",), ""), host("b", ("rt-2", "rt-3"), refuse_on_second))
+    testbed = Testbed(
+        host=hosts[0].machine, messaging_vms=(), realtime_vms=(), messaging_addresses=(),
+        realtime_addresses=(), realtime_domains=("rt", "rt-2", "rt-3"), install_dir="/opt",
+        work_dir="/w", hosts=hosts,
+    )  # fmt: skip
+    return testbed, log
+
+
+def test_several_hosts_readbacks_name_their_host(tmp_path):
+    testbed, log = hosts_with_agents(tmp_path)
+    scheduler = HostScheduler(testbed)
+    answer = scheduler.apply(validate("kvm", "fifo", priority=9))
+    assert answer["readback"] == {"domain": "rt", "sched": "fifo"}
+    assert [(r["host"], r["domain"]) for r in answer["readbacks"]] == [
+        ("a", "rt"), ("b", "rt-2"), ("b", "rt-3"),
+    ]  # fmt: skip
+    assert log.read_text().splitlines() == ["a apply rt", "b apply rt-2 rt-3"]
+
+
+def test_a_refusal_on_one_host_resets_every_host_and_names_it(tmp_path):
+    testbed, log = hosts_with_agents(tmp_path, refuse_on_second="apply")
+    with pytest.raises(TestbedError, match=r"^b: apply refused here"):
+        HostScheduler(testbed).apply(validate("kvm", "fifo", priority=9))
+    assert log.read_text().splitlines() == [
+        "a apply rt", "b apply rt-2 rt-3", "a reset rt", "b reset rt-2 rt-3",
+    ]  # fmt: skip
 
 
 def test_make_run_on_kvm_refuses_a_bad_setting_before_asking_ansible():

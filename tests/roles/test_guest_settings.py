@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hvbench_harness.testbed import Testbed
 
 REPO = Path(__file__).resolve().parents[2]
 GUESTS = {
@@ -114,3 +115,101 @@ def test_a_clusters_vms_get_their_roles_addresses_and_pool(tmp_path):
         # placed on the real-time VMs' CPUs (the default), in their pool
         ("hvbench-neighbour-0", "neighbour", 20, "hvbench-rt"),
     ]
+
+
+# --- several hosts as one testbed (docs/cluster.md) ---
+
+
+def hosts_inventory(tmp_path: Path, **hosts: dict) -> Path:
+    """An inventory of several KVM hosts, all this machine, each with its own variables."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    doc = {"all": {"children": {"kvm_hosts": {"hosts": {
+        name: {**local, "hvbench_hypervisor": "kvm", "hvbench_neighbours": {}, **settings}
+        for name, settings in hosts.items()
+    }}}}}  # fmt: skip
+    path = tmp_path / "hosts.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def play(inventory: Path, playbook: str, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), *extra,
+         str(REPO / "tests/roles" / playbook)],
+        cwd=REPO, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def host_b(prefix: str = "192.168.124", **more) -> dict:
+    guests = {"messaging": [], "realtime": [vm("r-b", [0]), vm("r2-b", [1])]}
+    return {"hvbench_guests": guests, "guests_network_prefix": prefix, **more}
+
+
+HOST_A = {"hvbench_guests": GUESTS, "guests_network_prefix": "192.168.123"}
+
+
+@pytest.mark.parametrize(
+    ("b", "message"),
+    [
+        (host_b(prefix="192.168.123"), "each its own guests_network_prefix"),
+        ({**host_b(), "hvbench_guests": {"messaging": [], "realtime": [vm("r", [0])]}},
+         "guests of names of their own (got ['m', 'r', 'r'])"),
+        (host_b(hvbench_hypervisor="xen"), "run one hypervisor (got ['kvm', 'xen'])"),
+        (host_b(hvbench_neighbours={"count": 1}), "neighbour VMs run on the first host only"),
+        ({**host_b(), "hvbench_guests": {"messaging": [], "realtime": []}},
+         "needs messaging and realtime"),
+    ],
+)  # fmt: skip
+def test_a_bad_layout_of_several_hosts_is_refused_with_the_reason(tmp_path, b, message):
+    proc = play(hosts_inventory(tmp_path, host_a=HOST_A, host_b=b), "validate.yml")
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0 and message in out, out[-3000:]
+
+
+def test_the_first_of_several_hosts_runs_both_sides(tmp_path):
+    first = {**HOST_A, "hvbench_guests": {**GUESTS, "messaging": []}}
+    proc = play(hosts_inventory(tmp_path, host_a=first, host_b=host_b()), "validate.yml")
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0 and "a list of 1 to 9 VMs (got 0 and 1)" in out, out[-3000:]
+
+
+def test_several_hosts_guests_are_each_reached_through_their_host(tmp_path):
+    b = host_b(ansible_host="198.51.100.2", ansible_user="lab")
+    a = {**HOST_A, "ansible_host": "198.51.100.1"}
+    inventory = hosts_inventory(tmp_path, host_a=a, host_b=b)
+    assert play(inventory, "validate.yml").returncode == 0
+    out = tmp_path / "inventory.out.json"
+    key = "hvbench_ssh_public_key_file=/k/id.pub"
+    proc = play(inventory, "inventory.yml", "-e", f"guests_inventory_file={out}", "-e", key)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    found = json.loads(out.read_text())
+    assert found["groups"]["messaging_vms"] == ["m"]
+    assert found["groups"]["realtime_vms"] == ["r", "r-b", "r2-b"]
+    guests = found["guests"]
+    assert [guests[g]["ansible_host"] for g in ("m", "r", "r-b", "r2-b")] == [
+        "192.168.123.10", "192.168.123.11", "192.168.124.11", "192.168.124.41",
+    ]  # fmt: skip
+    assert guests["r-b"]["hvbench_guest_host"] == "host_b"
+    assert "lab@198.51.100.2" in guests["r-b"]["ansible_ssh_common_args"]
+    assert "\n" not in guests["r-b"]["ansible_ssh_common_args"]  # one shell command
+    assert "root@198.51.100.1" in guests["m"]["ansible_ssh_common_args"]
+
+
+def test_the_testbed_file_of_several_hosts_gives_the_harness_each_hosts_vms(tmp_path):
+    a = {**HOST_A, "ansible_host": "198.51.100.1"}
+    inventory = hosts_inventory(tmp_path, host_a=a, host_b=host_b(ansible_host="198.51.100.2"))
+    out = tmp_path / "testbed.json"
+    settings = {"testbed_file": str(out), "hvbench_ssh_public_key_file": "/k/id.pub",
+                "hvbench_install_dir": "/opt/hvbench", "hvbench_run_dir": "/w"}  # fmt: skip
+    proc = play(inventory, "testbed_file.yml", "-e", json.dumps(settings))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    testbed = Testbed.from_json(json.loads(out.read_text()))
+    hosts = testbed.each_host()
+    assert [h.machine.ssh[-1] for h in hosts] == ["root@198.51.100.1", "root@198.51.100.2"]
+    assert [h.realtime_domains for h in hosts] == [("r",), ("r-b", "r2-b")]
+    assert [h.messaging_domains for h in hosts] == [("m",), ()]
+    assert all(h.facts["hostname"] for h in hosts)
+    assert testbed.realtime_domains == ("r", "r-b", "r2-b")
+    assert (testbed.messaging_domain, testbed.host.ssh[-1]) == ("m", "root@198.51.100.1")
+    assert testbed.realtime_addresses == ("192.168.123.11", "192.168.124.11", "192.168.124.41")
+    assert "root@198.51.100.2" in " ".join(testbed.realtime_vms[1].ssh)  # through its host

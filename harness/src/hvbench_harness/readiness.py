@@ -302,15 +302,18 @@ def probe_machine(machine) -> dict:
 def check_testbed(
     testbed, require: set[str] = frozenset()
 ) -> tuple[dict[str, list[dict]], dict[str, dict]]:
-    """(checks, facts) of a testbed.Testbed's host and guests, by machine name."""
-    expect = {}
-    if testbed.target == "xen":
-        expect = {
-            "realtime_domains": list(testbed.realtime_domains),
-            "realtime_pool": testbed.realtime_pool,
-        }
-    facts = {testbed.host.name: probe_machine(testbed.host)}
-    results = {testbed.host.name: evaluate(facts[testbed.host.name], "host", expect, require)}
+    """(checks, facts) of a testbed.Testbed's hosts and guests, by machine name."""
+    facts, results = {}, {}
+    for host in testbed.each_host():
+        expect = {}
+        if testbed.target == "xen":
+            expect = {
+                "realtime_domains": list(host.realtime_domains),
+                "realtime_pool": host.realtime_pool,
+            }
+        name = host.machine.name
+        facts[name] = probe_machine(host.machine)
+        results[name] = evaluate(facts[name], "host", expect, require)
     for guest in (*testbed.messaging_vms, *testbed.realtime_vms):
         if guest.name not in facts:
             facts[guest.name] = probe_machine(guest)

@@ -349,8 +349,9 @@ class TestbedTarget:
         self.trace: HostTrace | None = None
         self.noise: TestbedNoise | None = None
         self.hz = 0.0  # the messaging VM's TSC (calibrate)
+        hosts = ", ".join(h.machine.ssh[-1] for h in self.testbed.each_host())
         log(
-            f"testbed: host {self.testbed.host.ssh[-1]}, messaging VM, real-time VM "
+            f"testbed: host {hosts}, messaging VM, real-time VM "
             f"({', '.join(self.testbed.realtime_domains)})"
         )
 
@@ -428,10 +429,17 @@ class TestbedTarget:
                 "kafka, producers, consumer": self.messaging.name,
                 **self.pair_placement(),
                 "flink job": self.realtime.name,
-                "scheduler setting": f"{self.testbed.host.name}: {self.scheduler.where()}",
+                "scheduler setting": self.setting_placement(),
                 **self.unused_vms(),
             },
         }
+
+    def setting_placement(self) -> str:
+        """Where the scheduler setting is applied: on one host, prefixed by its name; with
+        several, each host is named in turn."""
+        if len(self.scheduler.hosts) > 1:
+            return self.scheduler.where()
+        return f"{self.scheduler.hosts[0].machine.name}: {self.scheduler.where()}"
 
     def unused_vms(self) -> dict:
         """The inventory's messaging and real-time VMs that run no part of this run: with
@@ -462,12 +470,21 @@ class TestbedTarget:
         return {"name": self.name, **found}
 
     def guests(self) -> list[dict]:
-        """Every guest on the host as the hypervisor has it before the run: state, vCPUs and
+        """Every guest on the hosts as the hypervisor has it before the run: state, vCPUs and
         the host CPUs they are pinned to; on Xen also the guest's type (pv, pvh, hvm) and
-        cpupool."""
-        names = [self.testbed.messaging_domain, *self.testbed.realtime_domains]
-        names += [domain for domain, _ in self.testbed.neighbours]
-        host = self.testbed.host
+        cpupool. With several hosts each guest names its host."""
+        hosts = self.testbed.each_host()
+        found = []
+        for i, host in enumerate(hosts):
+            names = [*host.messaging_domains, *host.realtime_domains]
+            names += [domain for domain, _ in self.testbed.neighbours] if i == 0 else []
+            domains = self.domains_on(host.machine, names)
+            found += (
+                [{"host": host.machine.name, **d} for d in domains] if len(hosts) > 1 else domains
+            )
+        return found
+
+    def domains_on(self, host: Machine, names: list[str]) -> list[dict]:
         args = ["domains", "read", "--backend", self.name]
         args += [a for name in names if name for a in ("--domain", name)]
         proc = host.run(host.agent(*args), root=True, check=False)
@@ -648,6 +665,9 @@ class TestbedTarget:
     def facts(self) -> dict:
         """Host and guest facts: the host's from Ansible, each guest's from itself."""
         found = {"host": self.testbed.host_facts}
+        hosts = self.testbed.each_host()
+        if len(hosts) > 1:
+            found["hosts"] = {h.machine.name: h.facts for h in hosts}
         for role, machine in (("messaging", self.messaging), ("realtime", self.realtime)):
             proc = machine.run(
                 machine.agent("facts", "host", "versions", "--model", self.paths.model),

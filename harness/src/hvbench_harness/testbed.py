@@ -127,10 +127,25 @@ def ssh_command(conn: dict) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class TestbedHost:
+    """One host of a testbed and the VMs it runs: the scheduler setting of its real-time VMs is
+    applied and read back there, by its agent."""
+
+    __test__ = False  # not a test class, despite its name
+
+    machine: Machine
+    realtime_domains: tuple[str, ...]
+    messaging_domains: tuple[str, ...] = ()
+    realtime_pool: str = ""  # xen: its real-time VMs' cpupool
+    facts: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Testbed:
     """The machines of a provisioned KVM or Xen testbed, as playbooks/testbed.yml found them.
-    A cluster has several messaging or real-time VMs; `messaging` and `realtime` are the first
-    of each (where the producers, the consumer and the job start)."""
+    A cluster has several messaging or real-time VMs, on one host or several; `messaging` and
+    `realtime` are the first of each (where the producers, the consumer and the job start),
+    `host` the first host (the one that runs the first real-time VM and the neighbours)."""
 
     __test__ = False  # not a test class, despite its name
 
@@ -151,6 +166,22 @@ class Testbed:
     neighbours: tuple[tuple[str, Machine], ...] = ()
     # those of them that have the workload installed (hvbench_neighbours.workload)
     workload_neighbours: tuple[str, ...] = ()
+    # every host with its VMs; empty: `host` alone runs them all
+    hosts: tuple[TestbedHost, ...] = ()
+
+    def each_host(self) -> tuple[TestbedHost, ...]:
+        """Every host of the testbed with the VMs it runs."""
+        if self.hosts:
+            return self.hosts
+        return (
+            TestbedHost(
+                self.host,
+                self.realtime_domains,
+                (self.messaging_domain,) if self.messaging_domain else (),
+                self.realtime_pool,
+                self.host_facts,
+            ),
+        )
 
     @property
     def messaging(self) -> Machine:
@@ -191,7 +222,18 @@ class Testbed:
             (conn["name"], Machine(name=f"neighbour ({conn['name']})", ssh=ssh_command(conn)))
             for conn in doc.get("neighbours", [])
         )
+        hosts = tuple(
+            TestbedHost(
+                machine=machine("host", h["host"]),
+                realtime_domains=tuple(h["realtime_domains"]),
+                messaging_domains=tuple(h.get("messaging_domains", [])),
+                realtime_pool=h.get("realtime_pool", ""),
+                facts=h.get("host_facts", {}),
+            )
+            for h in doc.get("hosts", [])
+        )
         return cls(
+            hosts=hosts,
             neighbours=neighbours,
             workload_neighbours=tuple(
                 conn["name"] for conn in doc.get("neighbours", []) if conn.get("workload")
@@ -212,52 +254,88 @@ class Testbed:
 
 
 class HostScheduler:
-    """The scheduler of the real-time VMs, driven from here through the host's agent
+    """The scheduler of the real-time VMs, driven from here through each host's agent
     (`hvbench-agent sched VERB --backend kvm|xen --domain ... --domain ...`): the same verbs
-    as the agent's own backends, on every real-time VM at once; a refusal on the host (exit 2)
-    is a TestbedError with the host's reason. With several VMs the agent's answer has every
-    VM's readback (readbacks) beside the first's (readback)."""
+    as the agent's own backends, on every real-time VM at once; a refusal on a host (exit 2)
+    is a TestbedError with the host's reason. With several VMs the answer has every VM's
+    readback (readbacks, each naming its host) beside the first's (readback)."""
 
     def __init__(self, testbed: Testbed):
         self.testbed = testbed
         self.backend = testbed.target
+        self.hosts = [h for h in testbed.each_host() if h.realtime_domains]
 
     def where(self) -> str:
-        names = ", ".join(self.testbed.realtime_domains)
-        if self.backend == "xen":
-            return f"{names} in cpupool {self.testbed.realtime_pool}"
-        return f"the vCPUs of {names}"
+        return "; ".join(self.where_on(h) for h in self.hosts)
 
-    def command(self, verb: str, setting=None) -> list[str]:
-        """The agent's command line on the host for one verb."""
+    def where_on(self, host: TestbedHost) -> str:
+        names = ", ".join(host.realtime_domains)
+        several = len(self.hosts) > 1
+        on = f" on {host.machine.name}" if several else ""
+        if self.backend == "xen":
+            return f"{names} in cpupool {host.realtime_pool}{on}"
+        return f"the vCPUs of {names}{on}"
+
+    def command(self, verb: str, setting=None, host: TestbedHost | None = None) -> list[str]:
+        """The agent's command line on a host (the first by default) for one verb."""
+        host = host or self.hosts[0]
         args = ["sched", verb, "--backend", self.backend]
-        for domain in self.testbed.realtime_domains:
+        for domain in host.realtime_domains:
             args += ["--domain", domain]
         if self.backend == "xen":
-            args += ["--pool", self.testbed.realtime_pool]
+            args += ["--pool", host.realtime_pool]
         if setting is not None:
             args += ["--sched", setting.sched]
             for field, value in setting.params().items():
                 args += ["--" + field.removesuffix("_us"), str(value)]
-        return self.testbed.host.agent(*args)
+        return host.machine.agent(*args)
 
     def _agent(self, verb: str, setting=None) -> dict:
-        proc = self.testbed.host.run(self.command(verb, setting), root=True, check=False)
-        if proc.returncode != 0:
-            raise TestbedError(proc.stderr.strip() or f"hvbench-agent sched {verb} failed")
-        return json.loads(proc.stdout)
+        """The verb on every host, in order; their answers as one."""
+        answers = []
+        for host in self.hosts:
+            command = self.command(verb, setting, host)
+            proc = host.machine.run(command, root=True, check=False)
+            if proc.returncode != 0:
+                reason = proc.stderr.strip() or f"hvbench-agent sched {verb} failed"
+                raise TestbedError(
+                    f"{host.machine.name}: {reason}" if len(self.hosts) > 1 else reason
+                )
+            answers.append((host, json.loads(proc.stdout) if proc.stdout.strip() else {}))
+        return merged(answers)
 
     def check(self, setting) -> None:
         self._agent("check", setting)
 
     def apply(self, setting) -> dict:
-        return {"applied": f"{setting.sched} on {self.where()}", **self._agent("apply", setting)}
+        try:
+            answer = self._agent("apply", setting)
+        except TestbedError:
+            if len(self.hosts) > 1:  # the hosts that took it before one refused
+                for host in self.hosts:
+                    host.machine.run(self.command("reset", host=host), root=True, check=False)
+            raise
+        return {"applied": f"{setting.sched} on {self.where()}", **answer}
 
     def read(self) -> dict:
         return self._agent("read")
 
     def reset(self) -> None:
         self._agent("reset")
+
+
+def merged(answers: list[tuple[TestbedHost, dict]]) -> dict:
+    """One answer for several hosts: the first host's, with every VM's readback in
+    readbacks, each naming its host."""
+    if len(answers) == 1:
+        return answers[0][1]
+    first = answers[0][1]
+    found = [
+        {"host": host.machine.name, **(readback or {})}
+        for host, answer in answers
+        for readback in answer.get("readbacks") or [answer.get("readback")]
+    ]
+    return {**first, "readbacks": found}
 
 
 def ansible_tool(name: str) -> str:
