@@ -85,7 +85,7 @@ GUEST_SOURCES  := $(shell find flink-job/src producers/src tsc_timer/src harness
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
-.PHONY: help venv java browser rt-tools iptables kafka flink-connector data train run report model advise test test-testbed lint bench clean \
+.PHONY: help venv java browser rt-tools iptables kafka flink-connector data train run report model advise test test-testbed lint bench clean test-two-hosts \
 	campaign campaign-check check rerun workload-inputs provision provision-settings teardown sched vcpu-sched xen-sched agent-wheel xen-hypervisor controller-tools testbed-tools guest-bundle
 
 # Generated: the targets' `## ` comments above and below, and make run's variables (spec.py).
@@ -318,8 +318,13 @@ test: lint kafka flink-connector browser rt-tools iptables ## lint, unit tests a
 # keeps about one core busy (dom0 has one vCPU), and much of either module waits on a boot or a
 # copy, so the two overlap well on two cores (docs/testing.md has the figures).
 test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM and Xen, side by side; then real campaigns here, alone
-	$(PY) -m pytest -q -m testbed -n 2 --dist loadfile --durations=15 tests/testbed
+	$(PY) -m pytest -q -m "testbed and not two_hosts" -n 2 --dist loadfile --durations=15 tests/testbed
 	$(PY) -m pytest -q -m slow --durations=5 tests/integration
+
+# Two QEMU hosts as one KVM testbed (tests/testbed/test_two_hosts.py): about 40 minutes on two
+# cores, more than CI's time allows, so run on its own.
+test-two-hosts: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## two QEMU hosts provisioned as one testbed: routes between their guests, the setting on both (not in CI)
+	$(PY) -m pytest -q -m two_hosts --durations=10 tests/testbed/test_two_hosts.py
 
 bench: $(STAMP) kafka flink-connector ## speed and memory figures (not tests)
 	@test -f $(MODEL_DIR)/manifest.json || $(MAKE) --no-print-directory train

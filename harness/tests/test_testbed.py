@@ -343,7 +343,7 @@ with open(log, "a") as f:
     f.write(f"{name} {verb} {' '.join(domains)}\\n")
 if verb == refuse:
     sys.exit(f"{verb} refused here")
-found = [{"domain": d, "sched": "fifo"} for d in domains]
+found = [{"domain": d, "sched": "fifo", "host": {"cpus": "0-3"}} for d in domains]
 print(json.dumps({"readback": found[0], **({"readbacks": found} if len(found) > 1 else {})}))
 """
 
@@ -371,8 +371,9 @@ def test_several_hosts_readbacks_name_their_host(tmp_path):
     testbed, log = hosts_with_agents(tmp_path)
     scheduler = HostScheduler(testbed)
     answer = scheduler.apply(validate("kvm", "fifo", priority=9))
-    assert answer["readback"] == {"domain": "rt", "sched": "fifo"}
-    assert [(r["host"], r["domain"]) for r in answer["readbacks"]] == [
+    assert answer["readback"] == {"domain": "rt", "sched": "fifo", "host": {"cpus": "0-3"}}
+    assert {r["host"]["cpus"] for r in answer["readbacks"]} == {"0-3"}  # the agent's own
+    assert [(r["on_host"], r["domain"]) for r in answer["readbacks"]] == [
         ("a", "rt"), ("b", "rt-2"), ("b", "rt-3"),
     ]  # fmt: skip
     assert log.read_text().splitlines() == ["a apply rt", "b apply rt-2 rt-3"]

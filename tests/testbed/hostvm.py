@@ -263,10 +263,18 @@ class HostVM:
     """Boots the image under TCG with SSH forwarded to 127.0.0.1:<port>."""
 
     def __init__(
-        self, image: Path, work: Path, cpus: int = 3, memory_mb: int = 6144, cpu: str = "max"
+        self,
+        image: Path,
+        work: Path,
+        cpus: int = 3,
+        memory_mb: int = 6144,
+        cpu: str = "max",
+        link: tuple[int, int] | None = None,
     ) -> None:
         self.image, self.work = image, work
         self.cpus, self.memory_mb, self.cpu = cpus, memory_mb, cpu
+        # a second NIC on a link shared with other host VMs: (this VM's UDP port, the other's)
+        self.link = link
         self.port = free_port()
         self.key = image.parent / "id_ed25519"
         self.process: subprocess.Popen | None = None
@@ -316,6 +324,7 @@ class HostVM:
                 f"user,id=net0,hostfwd=tcp:127.0.0.1:{self.port}-:22",
                 "-device",
                 "virtio-net-pci,netdev=net0",
+                *self._link_args(),
                 "-display",
                 "none",
                 "-serial",
@@ -335,6 +344,30 @@ class HostVM:
         except BaseException:
             self.kill()  # never leave a QEMU behind
             raise
+
+    def _link_args(self) -> list[str]:
+        """The link between host VMs: UDP datagrams between two ports on 127.0.0.1, so either
+        VM may start first."""
+        if self.link is None:
+            return []
+        here, there = self.link
+        return [
+            *("-netdev", f"socket,id=net1,udp=127.0.0.1:{there},localaddr=127.0.0.1:{here}"),
+            *("-device", f"virtio-net-pci,netdev=net1,mac={self.link_mac}"),
+        ]
+
+    @property
+    def link_mac(self) -> str:
+        """The link NIC's MAC, one of each VM's own (from its port)."""
+        port = self.link[0] if self.link else 0
+        return f"52:54:00:99:{port >> 8 & 0xFF:02x}:{port & 0xFF:02x}"
+
+    def link_address(self, address: str) -> None:
+        """Give the link's NIC an address (a /24) in the VM."""
+        self.ssh(
+            f"nic=$(ip -o link | awk -F': ' '/{self.link_mac}/ {{print $2}}'); "
+            f"ip address replace {address}/24 dev $nic && ip link set $nic up"
+        )
 
     def _watch_boots(self, process: subprocess.Popen, every: float = 2) -> None:
         """Reset the VM when a boot stalls (see BootWatch), the first boot or a reboot: the

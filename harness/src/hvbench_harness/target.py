@@ -472,7 +472,7 @@ class TestbedTarget:
     def guests(self) -> list[dict]:
         """Every guest on the hosts as the hypervisor has it before the run: state, vCPUs and
         the host CPUs they are pinned to; on Xen also the guest's type (pv, pvh, hvm) and
-        cpupool. With several hosts each guest names its host."""
+        cpupool. With several hosts each guest names its host (on_host)."""
         hosts = self.testbed.each_host()
         found = []
         for i, host in enumerate(hosts):
@@ -480,7 +480,9 @@ class TestbedTarget:
             names += [domain for domain, _ in self.testbed.neighbours] if i == 0 else []
             domains = self.domains_on(host.machine, names)
             found += (
-                [{"host": host.machine.name, **d} for d in domains] if len(hosts) > 1 else domains
+                [{**d, "on_host": host.machine.name} for d in domains]
+                if len(hosts) > 1
+                else domains
             )
         return found
 

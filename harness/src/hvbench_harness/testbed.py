@@ -258,7 +258,7 @@ class HostScheduler:
     (`hvbench-agent sched VERB --backend kvm|xen --domain ... --domain ...`): the same verbs
     as the agent's own backends, on every real-time VM at once; a refusal on a host (exit 2)
     is a TestbedError with the host's reason. With several VMs the answer has every VM's
-    readback (readbacks, each naming its host) beside the first's (readback)."""
+    readback (readbacks, each naming its host in on_host) beside the first's (readback)."""
 
     def __init__(self, testbed: Testbed):
         self.testbed = testbed
@@ -326,12 +326,12 @@ class HostScheduler:
 
 def merged(answers: list[tuple[TestbedHost, dict]]) -> dict:
     """One answer for several hosts: the first host's, with every VM's readback in
-    readbacks, each naming its host."""
+    readbacks, each naming its host in on_host (the agent's own `host` is the host's CPUs)."""
     if len(answers) == 1:
         return answers[0][1]
     first = answers[0][1]
     found = [
-        {"host": host.machine.name, **(readback or {})}
+        {**(readback or {}), "on_host": host.machine.name}
         for host, answer in answers
         for readback in answer.get("readbacks") or [answer.get("readback")]
     ]
