@@ -321,7 +321,7 @@ test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## QEMU g
 	$(PY) -m pytest -q -m "testbed and not two_hosts" -n 2 --dist loadfile --durations=15 tests/testbed
 	$(PY) -m pytest -q -m slow --durations=5 tests/integration
 
-# Two QEMU hosts as one KVM testbed (tests/testbed/test_two_hosts.py): about 40 minutes on two
+# Two QEMU hosts as one KVM testbed (tests/testbed/test_two_hosts.py): about 17 minutes on two
 # cores, more than CI's time allows, so run on its own.
 test-two-hosts: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## two QEMU hosts provisioned as one testbed: routes between their guests, the setting on both (not in CI)
 	$(PY) -m pytest -q -m two_hosts --durations=10 tests/testbed/test_two_hosts.py

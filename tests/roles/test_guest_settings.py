@@ -105,7 +105,12 @@ def test_a_clusters_vms_get_their_roles_addresses_and_pool(tmp_path):
     more = {"guests_list_file": str(out), "xen_host_rt_pool": "hvbench-rt"}
     proc = check(tmp_path, {"count": 1}, "list.yml", hvbench_guests=guests, **more)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    found = [(g["name"], g["role"], g["index"], g["pool"]) for g in json.loads(out.read_text())]
+    listed = json.loads(out.read_text())
+    found = [(g["name"], g["role"], g["index"], g["pool"]) for g in listed]
+    # every guest, the neighbours too, knows its host and its address (the inventory's)
+    assert [(g["host"], g["address"]) for g in listed] == [
+        ("localhost", f"192.168.123.{g['index']}") for g in listed
+    ]
     assert found == [
         ("m", "messaging", 10, ""),
         ("m2", "messaging", 31, ""),
@@ -175,7 +180,7 @@ def test_the_first_of_several_hosts_runs_both_sides(tmp_path):
 
 def test_several_hosts_guests_are_each_reached_through_their_host(tmp_path):
     b = host_b(ansible_host="198.51.100.2", ansible_user="lab")
-    a = {**HOST_A, "ansible_host": "198.51.100.1"}
+    a = {**HOST_A, "ansible_host": "198.51.100.1", "hvbench_neighbours": {"count": 1}}
     inventory = hosts_inventory(tmp_path, host_a=a, host_b=b)
     assert play(inventory, "validate.yml").returncode == 0
     out = tmp_path / "inventory.out.json"
@@ -190,6 +195,8 @@ def test_several_hosts_guests_are_each_reached_through_their_host(tmp_path):
         "192.168.123.10", "192.168.123.11", "192.168.124.11", "192.168.124.41",
     ]  # fmt: skip
     assert guests["r-b"]["hvbench_guest_host"] == "host_b"
+    assert found["groups"]["neighbour_vms"] == ["hvbench-neighbour-0"]
+    assert guests["hvbench-neighbour-0"]["ansible_host"] == "192.168.123.20"
     assert "lab@198.51.100.2" in guests["r-b"]["ansible_ssh_common_args"]
     assert "\n" not in guests["r-b"]["ansible_ssh_common_args"]  # one shell command
     assert "root@198.51.100.1" in guests["m"]["ansible_ssh_common_args"]

@@ -8,7 +8,7 @@ It checks what one host cannot show: the guests of one host reach the other's wi
 addresses (hvbench-guest-peers) and the rest through NAT, `make sched` and `make run` apply the
 setting on both hosts and read it back from each, and the teardown removes the routes.
 
-Not in `make test-testbed`: two TCG hosts with nested guests take about 40 minutes here, which
+Not in `make test-testbed`: two TCG hosts with nested guests take about 17 minutes here, which
 CI's time does not have. `make test-two-hosts` runs it.
 """
 
