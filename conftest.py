@@ -1,5 +1,7 @@
-"""Fixtures shared by the tests of every package: small generated data and a small model."""
+"""Fixtures shared by the tests of every package: small generated data, a small model, and a
+lock for the tests that set this machine's idle states."""
 
+import fcntl
 from datetime import date
 
 import pytest
@@ -35,3 +37,12 @@ def bay_data(tmp_path_factory):
     out = tmp_path_factory.mktemp("pems-bay")
     summary = generate.generate(out, SMALL_START, 1, seed=7, network="bay")
     return out, summary
+
+
+@pytest.fixture
+def idle_states():
+    """The tests that set this machine's idle states take turns (the unit tests run on two
+    workers): each one's snapshot is then the machine's own, not another test's setting."""
+    with open("/tmp/hvbench-test-idle-states.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

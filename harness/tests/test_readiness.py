@@ -47,6 +47,7 @@ def tuned_host(here: dict) -> dict:
         ],
         "cpu_dma_latency_us": 2000000000,
     }
+    facts["energy"] = {"available": True, "source": "powercap", "domains": ["package-0"]}
     return facts
 
 
@@ -76,8 +77,10 @@ def test_a_tuned_host_passes_every_check(here):
         "smt": "pass",
         "irqbalance": "pass",
         "isolated_cpus": "pass",
+        "energy": "pass",
     }
     assert checks["governor"]["required"] and not checks["smt"]["required"]
+    assert checks["energy"]["found"] == "powercap: package-0" and not checks["energy"]["required"]
 
 
 def test_an_untuned_host_fails_what_provisioning_sets(here):

@@ -14,6 +14,7 @@ from hvbench_harness import readiness, run
 pytestmark = pytest.mark.integration
 
 MALFORMED = 8
+IDLE_STATE1 = Path("/sys/devices/system/cpu/cpu0/cpuidle/state1/disable")
 
 
 @pytest.fixture(scope="module")
@@ -235,6 +236,8 @@ def forced_run(small_data, small_model, tmp_path_factory):
     args = run_args(tmp_path, small_data[0], small_model, "--run-id", "forced")
     args[1] = "60"  # records
     args += ["--sched", "cfs-quota", "--budget", "80000", "--require", check, "--force"]
+    if IDLE_STATE1.exists():  # and a power policy: no idle state past POLL while it runs
+        args += ["--max-cstate", "0"]
     return run.main(args), tmp_path, check
 
 
@@ -247,6 +250,15 @@ def test_a_forced_run_records_the_checks_it_failed(forced_run):
     (failed,) = ready["failed_required"]
     assert failed["check"] == check and failed["machine"] == "this machine" and failed["forced"]
     assert meta["requested"]["require"] == check and meta["counts"]["accounted"]
+    energy = meta["energy"]  # this machine has no energy counter: not available, and why
+    assert energy["available"] or "powercap: " in energy["reason"]
+    assert meta["files"]["energy"] == "energy.csv"
+    if IDLE_STATE1.exists():
+        assert meta["requested"]["max_cstate"] == 0
+        assert meta["power"]["readback"]["this machine"]["max_cstate"] == 0
+        assert meta["power"]["at_end"]["this machine"]["max_cstate"] == 0
+        assert meta["cpu_latency"]["not_held_because"] == "MAX_CSTATE=0 sets the idle states"
+        assert IDLE_STATE1.read_text().strip() == "0"  # put back as it was
 
 
 def test_make_rerun_repeats_a_run_from_its_bundle(forced_run):
@@ -264,7 +276,8 @@ def test_make_rerun_repeats_a_run_from_its_bundle(forced_run):
     original = json.loads((tmp_path / "results/forced/meta.json").read_text())
     again = json.loads((tmp_path / "results/forced-rerun1/meta.json").read_text())
     assert again["rerun_of"] == str((tmp_path / "results/forced").resolve())
-    for key in ("target", "sched", "budget_us", "period_us", "records", "producer_period_ms"):
+    for key in ("target", "sched", "budget_us", "period_us", "records", "producer_period_ms",
+                "max_cstate"):  # fmt: skip
         assert again["requested"][key] == original["requested"][key]
     assert again["sched"]["readback"]["quota_us"] == 80000
     assert again["readiness"]["forced"] and again["requested"]["require"] == check

@@ -512,6 +512,13 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     host_checks = {c["check"]: c["status"] for c in next(iter(ready["checks"].values()))}
     assert host_checks["irqbalance"] == "pass" and "governor" in host_checks
     assert any(f.get("kvm") for f in ready["facts"].values())  # QEMU and libvirt versions
+    # no power policy asked: the host's as it was, read back; TCG offers no energy counter
+    (host_name,) = meta["power"]["readback"]
+    assert meta["power"]["requested"] == {}
+    assert meta["power"]["readback"][host_name]["backend"] == "linux"
+    energy = meta["energy"]
+    assert energy["available"] or "powercap: " in energy["hosts"][host_name]["reason"]
+    assert {"sending", "sent"} <= set(energy["marks"])
     # torn down: the setting is reset, nothing is left running, the run's files came back
     cpu_max = on_host(
         host,
@@ -726,6 +733,43 @@ def test_make_check_enforces_the_tuning_and_checks_every_machine(host):
     failed = [check for mark, _, check, _ in rows if mark == "FAIL"]
     assert (proc.returncode != 0) == bool(failed), out[-3000:]  # make exits 2 on a failure
     assert set(failed) <= {"tsc"}, out[-3000:]
+
+
+def agent_power(host, *args: str, input: str | None = None) -> tuple[int, dict | None, str]:
+    proc = host[0].ssh("hvbench-agent power " + " ".join(args), check=False, input=input)
+    out = json.loads(proc.stdout) if proc.returncode == 0 else None
+    return proc.returncode, out, proc.stdout + proc.stderr
+
+
+def test_the_power_policy_is_applied_where_the_host_has_it_and_refused_where_not(host):
+    """On the TCG host: no cpufreq, no turbo control (refused, saying so, changing nothing);
+    the idle states, where its kernel has some, limited, read back and put back."""
+    code, before, _ = agent_power(host, "read")
+    assert code == 0 and before["readback"]["backend"] == "linux"
+    if before["readback"]["governor"] is None:
+        code, _, text = agent_power(host, "apply", "--governor", "performance")
+        assert code == 2 and "GOVERNOR=performance: this machine has no frequency scaling" in text
+    if before["readback"]["turbo"] is None:
+        code, _, text = agent_power(host, "check", "--turbo", "off")
+        assert code == 2 and "no turbo control" in text
+    states = before["readback"]["idle_states"]
+    if len(states) < 2:
+        code, _, text = agent_power(host, "check", "--max-cstate", "0")
+        assert code == 2 and "MAX_CSTATE=0: this machine has no cpuidle states" in text
+    else:
+        code, applied, _ = agent_power(host, "apply", "--max-cstate", "0")
+        assert code == 0 and applied["readback"]["max_cstate"] == 0
+        code, _, _ = agent_power(host, "restore", input=json.dumps(applied["before"]))
+        assert code == 0
+    assert agent_power(host, "read")[1] == before
+
+
+def test_the_hosts_energy_meter_says_why_it_has_no_source(host):
+    """Under TCG the host has no RAPL and no BMC: the meter's first line says so, and ends."""
+    proc = host[0].ssh("hvbench-agent energy </dev/null", check=False)
+    first = json.loads(proc.stdout.splitlines()[0])
+    assert proc.returncode == 0
+    assert first["available"] or "powercap: /sys/class/powercap has no RAPL zone" in first["reason"]
 
 
 def test_a_bad_setting_is_refused_on_the_host_too(host):

@@ -572,6 +572,34 @@ def test_a_setting_the_host_cannot_take_is_refused_and_changes_nothing(host):
     assert read() == before
 
 
+def agent_power(host, *args: str, input: str | None = None) -> tuple[int, dict | None, str]:
+    command = "hvbench-agent power " + " ".join(args)
+    proc = host[0].ssh(command, check=False, input=input)
+    out = json.loads(proc.stdout) if proc.returncode == 0 else None
+    return proc.returncode, out, proc.stdout + proc.stderr
+
+
+def test_xens_cstate_limit_is_applied_and_put_back_and_cpufreq_refused(host):
+    """xenpm in dom0: under TCG Xen has no cpufreq (GOVERNOR and TURBO refused, nothing set);
+    its C-state limit (max_cstate=1 from provisioning) is set, read back and put back."""
+    code, before, _ = agent_power(host, "read")
+    assert code == 0 and before["readback"]["backend"] == "xen"
+    assert before["readback"]["max_cstate"] == 1  # xen_host_max_cstate on Xen's command line
+    if before["readback"]["governor"] is None:
+        code, _, text = agent_power(host, "apply", "--governor", "performance")
+        assert code == 2 and "Xen has no frequency scaling here" in text
+        code, _, text = agent_power(host, "check", "--turbo", "off")
+        assert code == 2 and "TURBO=off: Xen has no frequency scaling here" in text
+    code, applied, text = agent_power(host, "apply", "--max-cstate", "2")
+    assert code == 0, text
+    assert applied["readback"]["max_cstate"] == 2 and applied["before"]["max_cstate"] == 1
+    code, _, text = agent_power(host, "restore", input=json.dumps(applied["before"]))
+    assert code == 0, text
+    assert agent_power(host, "read")[1] == before
+    energy = json.loads(on_host(host, "hvbench-agent energy </dev/null").stdout.splitlines()[0])
+    assert not energy["available"] and "a Xen dom0 cannot read RAPL" in energy["reason"]
+
+
 def test_reset_puts_the_schedulers_defaults_back(host):
     code, out, text = xen_sched(host, "reset", "--domain", GUEST)
     assert code == 0, text

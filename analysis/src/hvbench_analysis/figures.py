@@ -347,3 +347,21 @@ def predicted_vs_measured(validation: pd.DataFrame, statistics: tuple[str, ...])
     fig.suptitle("Held-out configurations: predicted vs measured")
     fig.tight_layout()
     return fig
+
+
+def latency_vs_energy(points: list[tuple[str, float, float]], front: list[int]) -> plt.Figure:
+    """Each configuration at (energy per record in mJ, p99 latency in ms), the Pareto front
+    (configurations no other beats on both) joined by a line."""
+    fig, ax = axes(HEIGHT + 0.25 * len(points))
+    for n, (label, x, y) in enumerate(points, start=1):
+        ax.scatter([x], [y], s=24, label=f"{n}: {label}")
+        ax.annotate(str(n), (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    if len(front) > 1:
+        ax.plot([points[i][1] for i in front], [points[i][2] for i in front], "k--", lw=0.8,
+                label="Pareto front")  # fmt: skip
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=7, frameon=False)
+    fig.subplots_adjust(bottom=0.12 + 0.045 * (len(points) + 1))
+    ax.set_xlabel("energy per record (mJ), measured window")
+    ax.set_ylabel("p99 latency (ms)")
+    ax.set_title("Latency against energy, per configuration (lower left is better)")
+    return fig

@@ -42,6 +42,7 @@ SETTINGS = (
     "scale",  # one broker and one Flink JVM (""), or e.g. "3 brokers, 2 TaskManagers"
     "network",  # the six freeway detectors (""), or e.g. "bay" (325 sensors)
     "load",  # six producer groups, a record a message (""), or e.g. "1 group, by group"
+    "power",  # the host's power policy as it was (""), or e.g. "powersave, C-state ≤ 1"
 )
 # How a run measured (requested records, warmup_s, ramp_s, cpu_latency; forced: a failed
 # required readiness check was overridden). Runs that differ in these are never pooled.
@@ -140,6 +141,7 @@ def tags_of(meta: dict) -> dict:
         "scale": scale_tag(requested),
         "network": "" if requested.get("network", "freeway") == "freeway" else requested["network"],
         "load": load_tag(requested),
+        "power": power_tag(requested),
         "records": number_or_none(requested.get("records")),
         "warmup_s": number_or_none(requested.get("warmup_s")),
         "ramp_s": number_or_none(requested.get("ramp_s")),
@@ -148,6 +150,38 @@ def tags_of(meta: dict) -> dict:
         "setup": "",  # filled in when all runs are loaded (setup_labels)
         "rep": requested.get("rep"),
         "run_id": meta.get("run_id"),
+    }
+
+
+def power_tag(requested: dict) -> str:
+    """The power policy a run set (GOVERNOR, MAX_CSTATE, TURBO): "" for none, else e.g.
+    "powersave, C-state ≤ 1, turbo off"."""
+    parts = []
+    if governor := requested.get("governor"):
+        parts.append(str(governor))
+    if (deepest := requested.get("max_cstate")) is not None:
+        parts.append(f"C-state ≤ {deepest}")
+    if turbo := requested.get("turbo"):
+        parts.append(f"turbo {turbo}")
+    return ", ".join(parts)
+
+
+def energy_facts(meta: dict) -> dict:
+    """The measured window's energy (meta.json `energy`), or why there is none."""
+    energy = meta.get("energy")
+    if not isinstance(energy, dict):
+        return {"energy": "not recorded", "joules": None, "mean_w": None, "mj_per_record": None}
+    window = (energy.get("windows") or {}).get("measured") or {}
+    per_record = window.get("joules_per_record")
+    if not energy.get("available"):
+        what = f"not available: {energy.get('reason')}"
+    else:
+        what = ", ".join(sorted({h.get("source", "?") for h in energy["hosts"].values()}))
+    return {
+        "energy": what,
+        "joules": window.get("joules"),
+        "mean_w": window.get("mean_w"),
+        "mj_per_record": per_record * 1000 if per_record is not None else None,
     }
 
 
@@ -289,6 +323,7 @@ def facts(meta: dict) -> dict:
         "problems": "; ".join(problems_of(meta)),
         "noise_work": noise_work(meta),
         "copy_work": copy_work(meta),
+        **energy_facts(meta),
     }
 
 
@@ -517,6 +552,8 @@ def config_label(row) -> str:
         parts.append(f"({network})")
     if load := row.get("load"):
         parts.append(f"({load})")
+    if power := row.get("power"):
+        parts.append(f"[{power}]")
     setup = row.get("setup")
     if isinstance(setup, str) and setup:
         parts.append(setup)

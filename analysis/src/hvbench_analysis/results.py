@@ -35,11 +35,15 @@ import pandas as pd
 # 8: `requested.messages` (record or group) and `requested.producers` as asked.
 # 9: client pairs (`requested.clients`; `clock.clients`, each pair's machine and calibration;
 # samples.csv `client`); older runs had one pair.
-SCHEMA_VERSION = 9
+# 10: the power policy (`requested.governor`, `max_cstate`, `turbo`; `power`, each host's
+# readback) and the energy (`energy`, each window's joules, or why not available; energy.csv,
+# every sample); older runs recorded neither.
+SCHEMA_VERSION = 10
 META = "meta.json"
 SAMPLES = "samples.csv"
 DEAD_LETTERS = "dead_letters.jsonl"
 SCHED_TRACE = "sched_trace.txt"  # TRACE=1: the kernel's sched events of the job's threads
+ENERGY = "energy.csv"  # the hosts' energy samples: cumulative joules per domain
 BASELINE = "baseline.csv"  # BASELINE=1: every timer wake-up's latency (µs) of the noise floor
 LOGS = "logs"
 NOISE_KEYS = ("noise", "noise_cpus", "job_cpus")  # in `requested` from version 5
@@ -48,6 +52,7 @@ FREEWAY = {"network": "freeway", "detectors": 6}  # `requested` before 7
 # Runs before schema 8 sent each record as a message of its own (MESSAGES=record).
 A_RECORD_A_MESSAGE = {"messages": "record"}
 ONE_PAIR = {"clients": 1}  # `requested` before 9
+POWER_AS_IT_WAS = {"governor": None, "max_cstate": None, "turbo": None}  # before 10
 SETTING_KEYS = ("budget_us", "period_us", "priority", "extratime", "weight", "cap")
 # Counts added in version 3: foreign records are other runs' (reported, never a problem);
 # contradictions and lost dead letters are problems.
@@ -95,6 +100,7 @@ def write_run(
     float_format: str | None = None,
     sched_trace: Path | None = None,
     baseline: Path | None = None,
+    energy: Path | None = None,
 ) -> Path:
     """Write one run: samples, dead letters, logs, and meta.json last, so that a meta.json
     says the run's files are complete (campaigns rely on that); whether the run itself
@@ -115,6 +121,9 @@ def write_run(
     if baseline is not None:
         shutil.copy(baseline, directory / BASELINE)
         files["baseline"] = BASELINE
+    if energy is not None and energy.exists():
+        shutil.copy(energy, directory / ENERGY)
+        files["energy"] = ENERGY
     if logs:
         (directory / LOGS).mkdir(exist_ok=True)
         for log in logs:
@@ -148,6 +157,8 @@ def upgrade(meta: dict) -> dict:
         meta["requested"] = {**A_RECORD_A_MESSAGE, **meta["requested"]}
     if version < 9 and isinstance(meta.get("requested"), dict):
         meta["requested"] = {**ONE_PAIR, **meta["requested"]}
+    if version < 10 and isinstance(meta.get("requested"), dict):
+        meta["requested"] = {**POWER_AS_IT_WAS, **meta["requested"]}
     meta["schema"] = SCHEMA_VERSION
     return meta
 

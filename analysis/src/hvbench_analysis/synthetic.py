@@ -224,3 +224,25 @@ def add_baseline(directory: Path, latencies_us: np.ndarray) -> Path:
     meta["files"]["baseline"] = results.BASELINE
     (directory / results.META).write_text(json.dumps(meta, indent=2))
     return directory
+
+
+def add_energy(directory: Path, joules: float | None, seconds: float = 10.0) -> Path:
+    """The run's meta.json `energy` as the harness writes it: a measured window of `joules`
+    over `seconds` on one host with RAPL, per record measured; None: not available here."""
+    meta_file = directory / results.META
+    meta = json.loads(meta_file.read_text())
+    if joules is None:
+        reason = "powercap: /sys/class/powercap has no RAPL zone (intel-rapl:*)"
+        host = {"available": False, "reason": reason}
+        meta["energy"] = {"available": False, "hosts": {"host": host}, "reason": f"host: {reason}",
+                          "windows": {"run": None, "measured": None}}  # fmt: skip
+    else:
+        records = meta["counts"]["received"]
+        window = {"from": "measured", "to": "sent", "seconds": seconds, "joules": joules,
+                  "mean_w": joules / seconds, "records": records,
+                  "joules_per_record": joules / records}  # fmt: skip
+        host = {"available": True, "source": "powercap", "domains": ["package-0"]}
+        meta["energy"] = {"available": True, "hosts": {"host": host},
+                          "windows": {"run": window, "measured": window}}  # fmt: skip
+    meta_file.write_text(json.dumps(meta))
+    return directory

@@ -361,3 +361,45 @@ def write(table: pd.DataFrame, directory: Path, name: str, digits: int = 2) -> s
     markdown = to_markdown(table, digits)
     (directory / f"{name}.md").write_text(markdown)
     return markdown
+
+
+def energy_table(measured: pd.DataFrame, runs: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Latency beside energy, per configuration: each run's p99 and maximum and its measured
+    window's energy (meta.json `energy`), as the mean over the configuration's runs (with 95 %
+    intervals from two runs on); "n/a" where a run's host had no energy source."""
+    by_run = runs.set_index("run_id")
+    rng = np.random.default_rng(seed)
+    rows = []
+    for tags, group in by_config(measured):
+        maxima, p99s = per_run_max_p99(group)
+        ids = [run_id for run_id, _ in runs_of(group)]
+        energy = by_run.loc[ids]
+        per_record = [v for v in energy["mj_per_record"] if _has(v)]
+        watts = [v for v in energy["mean_w"] if _has(v)]
+        sources = sorted(set(energy["energy"]))
+        rows.append(
+            {
+                "Configuration": config_label(tags),
+                "Runs": len(ids),
+                "p99 (ms)": mean_with_ci(p99s, rng),
+                "Max (ms)": mean_with_ci(maxima, rng),
+                "Energy / record (mJ)": mean_with_ci(per_record, rng) if per_record else "n/a",
+                "Mean power (W)": mean_with_ci(watts, rng) if watts else "n/a",
+                "Energy source": "; ".join(sources),
+                "p99_ms": float(np.mean(p99s)),
+                "mj_per_record": float(np.mean(per_record)) if per_record else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both axes (lower is better on each),
+    by the first axis."""
+    order = sorted(range(len(points)), key=lambda i: points[i])
+    front, best = [], float("inf")
+    for i in order:
+        if points[i][1] < best:
+            front.append(i)
+            best = points[i][1]
+    return front

@@ -59,6 +59,7 @@ SETTING_KEYS = set(spec.CAMPAIGN_KEYS)
 SHORT = {"budget": "b", "period": "p", "extratime": "e", "weight": "w", "cap": "c"}
 SHORT |= {"priority": "prio", "records": "n", "send_ms": "ms", "rate": "r", "warmup": "wu"}
 SHORT |= {"noise": "", "noise_cpus": "on-", "job_cpus": "job"}
+SHORT |= {"governor": "", "max_cstate": "cmax", "turbo": "turbo-"}
 # Seconds a run takes besides sending (start Kafka and the job, drain, tear down), until the
 # campaign has measured its own.
 OVERHEAD_S = {"bare": 60.0, "kvm": 120.0, "xen": 120.0}

@@ -64,6 +64,7 @@ CHECKS = (
     "xen_dom0_pinned",
     "xen_rt_pool",
     "xen_tsc_mode",
+    "energy",
 )
 
 
@@ -126,7 +127,19 @@ def _evaluate(facts: dict, role: str, expect: dict) -> list[dict]:
     ]
     if xen is not None:
         checks += _xen_checks(xen, role, expect)
-    return checks
+    return [*checks, _energy(facts, role)]
+
+
+def _energy(facts: dict, role: str) -> dict:
+    """Which energy source a run here would sample (hvbench_agent.energy); n/a with the
+    reason where there is none (advised only: a run records "not available")."""
+    found = facts.get("energy") or {"available": False, "reason": "not collected"}
+    expected = "an energy source: RAPL (powercap or perf) or the BMC (IPMI DCMI)"
+    if not found["available"]:
+        return check("energy", NA, f"none: {found['reason']}", expected, role)
+    return check(
+        "energy", PASS, f"{found['source']}: {', '.join(found['domains'])}", expected, role
+    )
 
 
 def _tsc(facts: dict, role: str) -> dict:
@@ -324,6 +337,20 @@ def check_testbed(
 def check_here(require: set[str] = frozenset()) -> tuple[dict[str, list[dict]], dict[str, dict]]:
     found = agent_facts.collect_readiness()
     return {"this machine": evaluate(found, "bare", require=require)}, {"this machine": found}
+
+
+# the checks a run's power policy settles itself (GOVERNOR=, TURBO=, MAX_CSTATE=)
+SET_BY_POLICY = {"governor": "governor", "turbo": "turbo", "max_cstate": "cstates"}
+
+
+def set_by_run(results: dict[str, list[dict]], policy: dict) -> None:
+    """A check the run's power policy sets is not required: the run applies the setting and
+    records its readback (meta.json `power`)."""
+    settled = {SET_BY_POLICY[k]: f"{k.upper()}={v}" for k, v in policy.items()}
+    for checks in results.values():
+        for c in checks:
+            if c["check"] in settled:
+                c["required"], c["set_by_run"] = False, settled[c["check"]]
 
 
 def verdict(results: dict[str, list[dict]], force: bool, force_tsc: bool) -> dict:

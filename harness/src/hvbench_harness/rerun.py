@@ -110,6 +110,14 @@ def applied_settings(readback) -> set[tuple[str, str]]:
     return found
 
 
+def power_policy(meta: dict) -> dict:
+    """Each host's governor, deepest idle state and turbo as read back at the start (meta.json
+    `power`, schema 10); {} for runs before it."""
+    readback = (meta.get("power") or {}).get("readback") or {}
+    keys = ("governor", "max_cstate", "turbo")
+    return {host: {k: found.get(k) for k in keys} for host, found in readback.items()}
+
+
 def compare(original: dict, rerun: dict) -> dict:
     """What the two bundles agree on, and what differs."""
 
@@ -127,7 +135,8 @@ def compare(original: dict, rerun: dict) -> dict:
         "rerun": rerun.get("run_id"),
         "settings_equal": settings(original) == settings(rerun),
         "readback_equal": applied_settings(original.get("sched"))
-        == applied_settings(rerun.get("sched")),
+        == applied_settings(rerun.get("sched"))
+        and power_policy(original) == power_policy(rerun),
         "model_equal": original.get("model") == rerun.get("model"),
         "commit": {
             "original": (original.get("git") or {}).get("commit"),

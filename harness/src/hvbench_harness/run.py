@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hvbench_agent import tuning
+from hvbench_agent.power import validate_policy
 from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, Setting, validate
 from hvbench_analysis import results as results_contract
 from hvbench_analysis import stages
@@ -129,6 +130,7 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
         weight=args.weight,
         cap=args.cap,
     )
+    args.policy = validate_policy(args.governor, args.max_cstate, args.turbo)
     if args.target == "bare":
         return setting
     if need_inventory and not args.inventory:
@@ -218,7 +220,10 @@ def check_settings(args: argparse.Namespace) -> tuple[Setting, tuning.CpuLatency
             f"(make data NETWORK={args.network} DATA_DIR=... makes it)"
         )
     args.noise_cpu_list = neighbours.bare_noise_cpus(args.noise_cpus, args.job_cpus)
-    cpu_latency = tuning.CpuLatency(tuning.parse_cpu_latency(args.cpu_latency))
+    requested, why = tuning.parse_cpu_latency(args.cpu_latency), ""
+    if args.max_cstate is not None and requested == "auto":  # the run's idle states, not 0 µs
+        requested, why = None, f"MAX_CSTATE={args.max_cstate} sets the idle states"
+    cpu_latency = tuning.CpuLatency(requested, off_because=why)
     cpu_latency.check()
     return setting, cpu_latency
 
@@ -299,6 +304,8 @@ def measure(
     log(f"Flink job running ({started}), answered the probe in {ready_s:.1f} s")
     parts.on_teardown(lambda: reset_scheduler(target, parts))  # also after a failed apply
     meta_doc["sched"] = target.scheduler.apply(setting)
+    enter(meta_doc, "applying the power policy")
+    meta_doc["power"] = apply_power(target, parts)
     enter(meta_doc, "starting the neighbours")
     if (noise := target.start_noise(parts)) is not None:
         meta_doc["noise"] = noise
@@ -311,14 +318,19 @@ def measure(
     enter(meta_doc, "sending")
     if args.trace:
         target.start_trace(parts)
+    parts.on_teardown(target.energy.stop)
+    target.energy.start()
     producers = [start_producers(target, parts, bootstrap, run_id, k) for k in pairs]
     steal = drain(args, target, parts, (job, consumers, producers), meta_doc)
+    target.energy.stop()
     if args.trace:
         target.stop_trace()
     target.stop_noise()
     if steal is not None:
         meta_doc["steal_while_sending"] = steal
     meta_doc["sched_at_end"] = target.scheduler.read()
+    if meta_doc["power"]["readback"] is not None:
+        meta_doc["power"]["at_end"] = target.power.read()
 
 
 def job_clock(samples, target: Target) -> dict:
@@ -520,15 +532,20 @@ def drain(
     cpu_at_start = {m.name: cpu_times(m) for m in machines}
     pids = target.part_pids(job, {"producers": producers, "consumer": [c for c, _ in consumers]})
     usage, sending, progress = PartCpu(pids), False, {}
-    drain_deadline, steal = None, None
+    drain_deadline, steal, warmed_up = None, None, 0.0
     while any(c.poll() is None for c, _ in consumers):
         time.sleep(0.2)
         relay(consumers, progress, started)
         if not sending and SENDING in (parts.work / "producers.out").read_text(errors="replace"):
             usage, sending = PartCpu(pids), True  # from here: loading the data is not sending
+            target.energy.mark("sending")
+            warmed_up = time.monotonic() + args.warmup
+        if sending and drain_deadline is None and time.monotonic() >= warmed_up:
+            target.energy.mark("measured")
         usage.sample()  # before the poll below reaps the producers
         if all(p.poll() is not None for p in producers) and drain_deadline is None:
             enter(meta_doc, "draining")
+            target.energy.mark("sent")
             drain_deadline = time.monotonic() + args.drain
             steal = target.steal(
                 {m.name: tuning.steal_between(cpu_at_start[m.name], cpu_times(m)) for m in machines}
@@ -562,6 +579,29 @@ def cpu_times(machine: Machine) -> tuning.CpuTimes:
     if not machine.remote:
         return tuning.CpuTimes.now()
     return tuning.CpuTimes.parse(machine.run(["cat", "/proc/stat"], timeout=60).stdout)
+
+
+def apply_power(target: Target, parts: Parts) -> dict:
+    """GOVERNOR, MAX_CSTATE, TURBO on the host(s), read back, put back on the way out; with
+    none asked, the host's policy as it is."""
+    power = target.power
+    if not power.policy.given():
+        try:
+            return {"requested": {}, "readback": power.read()}
+        except (RunError, TestbedError) as e:  # e.g. a host's agent from before `power`
+            return {"requested": {}, "readback": None, "error": str(e)}
+    parts.on_teardown(lambda: restore_power(target, parts))  # also after a failed apply
+    applied = power.apply()
+    log("power policy: " + ", ".join(f"{k}={v}" for k, v in power.policy.given().items()))
+    return applied
+
+
+def restore_power(target: Target, parts: Parts) -> None:
+    try:
+        target.power.restore()
+        parts.stopped.append("power policy restored")
+    except (RunError, TestbedError) as e:
+        log(f"restoring the power policy failed: {e}")
 
 
 def reset_scheduler(target: Target, parts: Parts) -> None:
@@ -602,6 +642,8 @@ def finish(
             "git": meta.collect_git(),
         }
     )
+    meta_doc["energy"] = target.energy.summary({"run": counts.sent, "measured": counts.measured})
+    (work / results_contract.ENERGY).write_text(target.energy.samples_csv())
     meta_doc.setdefault("clock", {})["stamps"] = stamps_text(args.clients, facts)
     meta_doc["clock"]["job"] = job_clock(samples, target)
     names = RUN_LOGS + tuple(pair_file(n, k) for k in range(1, args.clients) for n in PAIR_LOGS)
@@ -619,6 +661,7 @@ def finish(
         logs=logs,
         sched_trace=trace,
         baseline=baseline if baseline.exists() else None,
+        energy=work / results_contract.ENERGY,
     )
     shutil.rmtree(work, ignore_errors=True)
     print_summary(results, counts, latency, meta_doc)
@@ -702,6 +745,7 @@ def print_summary(results: Path, counts: accounting.Counts, latency: dict, meta_
             f"p99.9 {latency['p99.9_ms']:.2f} ms  max {latency['max_ms']:.2f} ms"
         )
     print_steal(meta_doc.get("steal_while_sending"))
+    print_energy(meta_doc.get("energy") or {})
     for fault in meta_doc.get("faults", []):
         print(f"  fault: {fault['part']} {fault['event']}: {fault['detail']}")
     if counts.foreign():
@@ -710,6 +754,19 @@ def print_summary(results: Path, counts: accounting.Counts, latency: dict, meta_
         print("  every record accounted for")
     else:
         print("  UNACCOUNTED RECORDS: " + "; ".join(counts.problems()))
+
+
+def print_energy(energy: dict) -> None:
+    measured = (energy.get("windows") or {}).get("measured")
+    if not energy.get("available"):
+        print(f"  energy: not available ({energy.get('reason')})")
+    elif measured:
+        per_record = measured["joules_per_record"]
+        print(
+            f"  energy over the measured window: {measured['joules']:.1f} J in "
+            f"{measured['seconds']:.1f} s, {measured['mean_w']:.1f} W"
+            + (f", {per_record * 1000:.2f} mJ per record" if per_record else "")
+        )
 
 
 def print_steal(steal: dict | None) -> None:

@@ -117,6 +117,14 @@ FIELDS = (
           "SCALE=cluster: TaskManagers, one slot each: the job's parallelism; 2 if unset (on a "
           "testbed one per real-time VM)",
           "taskmanagers"),
+    Field("governor", str, None, "--governor",
+          "the host's CPU frequency governor for the run: performance, schedutil, powersave, "
+          "...; unset: as it is (docs/energy.md)", "governor"),
+    Field("max_cstate", int, None, "--max-cstate",
+          "the deepest idle state the host's CPUs may enter for the run (Linux: cpuidle state "
+          "number; Xen: C-state); unset: as it is", "max_cstate"),
+    Field("turbo", str, None, "--turbo", "turbo on or off on the host for the run; unset: as it is",
+          "turbo"),
     Field("job_cpus", str, None, "--job-cpus",
           "bare: the CPUs the job may use, a list such as 1 or 2-3; unset: all", "job_cpus"),
 )  # fmt: skip

@@ -32,6 +32,7 @@ from hvbench_harness.cluster import LocalCluster, TestbedCluster
 from hvbench_harness.hosttrace import HostTrace
 from hvbench_harness.neighbours import LocalNoise, TestbedNoise, assign
 from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, tail
+from hvbench_harness.power import EnergyMeter, HostPower
 from hvbench_harness.testbed import HostScheduler, Machine, Testbed, TestbedError, resolve
 
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
@@ -83,6 +84,7 @@ class Paths:
 def check_readiness(results: dict, facts: dict, args: argparse.Namespace) -> dict:
     """The machines' readiness checks (hvbench_harness.readiness): RunError if a required one
     fails and is not forced; else what meta.json records of them."""
+    readiness.set_by_run(results, args.policy.given())
     doc = readiness.verdict(results, args.force, args.force_tsc)
     if doc["refused"]:
         raise RunError(readiness.refusal(doc))
@@ -115,6 +117,8 @@ class BareTarget:
         jvms = args.taskmanagers if self.cluster else 1  # set by run.check_scale
         threads = job_threads(args.clients) * jvms
         self.scheduler = LinuxScheduler(run_id, JOB_THREAD_PATTERNS, threads)
+        self.power = HostPower([self.messaging], args.policy)  # this machine plays the host
+        self.energy = EnergyMeter(self.power.machines)
         self.readiness: dict = {}
         self.broker: KafkaBroker | KafkaCluster | None = None
         self.jvm_pids: list[int] = []  # the job's JVM, or the TaskManagers' JVMs
@@ -342,6 +346,8 @@ class TestbedTarget:
         )
         self.cluster = self.scale_out(args)
         self.scheduler = HostScheduler(self.testbed)
+        self.power = HostPower([h.machine for h in self.testbed.each_host()], args.policy)
+        self.energy = EnergyMeter(self.power.machines)
         self.readiness: dict = {}
         self.broker: subprocess.Popen | None = None
         self.broker_lines = None
@@ -704,6 +710,7 @@ def choose(
         else:
             target = TestbedTarget(args, run_id, work)
         target.check(setting, require)
+        target.power.check()
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

@@ -12,6 +12,9 @@
     hvbench-agent noise --seconds S --csv FILE
     hvbench-agent domains read|hold --backend kvm|xen --domain NAME [--domain NAME ...]
                   [--state absent|shutdown|paused|running]
+    hvbench-agent energy [--period-s S]      (until standard input closes; `mark NAME` lines)
+    hvbench-agent power check|apply|read|restore [--governor G] [--max-cstate N] [--turbo on|off]
+                  (restore: apply's `before`, as JSON on standard input)
 
 Output is JSON on standard output. A refused setting or action exits 2 with the reason on
 standard error; nothing was left changed.
@@ -68,7 +71,38 @@ def parser() -> argparse.ArgumentParser:
     domains.add_argument("--backend", required=True, choices=("kvm", "xen"))
     domains.add_argument("--domain", action="append", required=True, help="once per domain")
     domains.add_argument("--state", help="hold: absent, shutdown, paused or running")
+    energy = sub.add_parser("energy", help="sample the energy counters until stdin closes")
+    energy.add_argument("--period-s", type=float, default=1.0)
+    power = sub.add_parser("power", help="the power policy: governor, idle states, turbo")
+    power.add_argument("verb", choices=("check", "apply", "read", "restore"))
+    power.add_argument("--governor")
+    power.add_argument("--max-cstate", type=int)
+    power.add_argument("--turbo")
     return p
+
+
+def power_command(args: argparse.Namespace) -> dict:
+    """check and apply take a policy; apply answers what it found before (for restore) and
+    the readback."""
+    from . import power
+
+    policy = power.validate_policy(args.governor, args.max_cstate, args.turbo)
+    host = power.host_power()
+    if args.verb == "check":
+        host.check(policy)
+        return {"ok": True, "policy": policy.given(), "backend": host.backend}
+    if args.verb == "apply":
+        if not policy.given():
+            raise Refused("apply needs --governor, --max-cstate or --turbo")
+        before = host.snapshot()
+        try:
+            return {"policy": policy.given(), "before": before, "readback": host.apply(policy)}
+        except Refused:
+            host.restore(before)
+            raise
+    if args.verb == "restore":
+        host.restore(json.load(sys.stdin))
+    return {"readback": host.read()}
 
 
 def domains_command(args: argparse.Namespace) -> dict:
@@ -168,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
             out = noise_command(args)
         elif args.command == "domains":
             out = domains_command(args)
+        elif args.command == "energy":
+            from . import energy
+
+            return energy.run(args.period_s)
+        elif args.command == "power":
+            out = power_command(args)
         else:
             out = facts.collect(args.sections, args.model)
     except Refused as e:

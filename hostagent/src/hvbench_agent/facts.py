@@ -19,6 +19,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from . import energy
 from .sched.xen import parse_colon_list, parse_table
 
 CPU = Path("/sys/devices/system/cpu")
@@ -69,6 +70,7 @@ def collect_readiness() -> dict:
         "nohz_full": _read(CPU / "nohz_full") or "",
         "xen": _xen() if Path("/proc/xen/capabilities").exists() else None,
         "kvm": _kvm() if shutil.which("virsh") else None,
+        "energy": energy.offered(),
     }
     return facts
 

@@ -47,11 +47,14 @@ def parse_cpu_latency(value: str) -> int | str | None:
 class CpuLatency:
     """Holds /dev/cpu_dma_latency at a value for as long as it is open."""
 
-    def __init__(self, requested: int | str | None, device: Path = PM_QOS) -> None:
+    def __init__(
+        self, requested: int | str | None, device: Path = PM_QOS, off_because: str = ""
+    ) -> None:
         self.requested = requested
         self.device = device
         self.fd: int | None = None
         self.not_held: str | None = None
+        self.off_because = off_because or "CPU_LATENCY=off"
 
     def check(self) -> None:
         """Refuse an explicit value the kernel will not take, before anything starts."""
@@ -63,7 +66,7 @@ class CpuLatency:
 
     def open(self) -> None:
         if self.requested is None:
-            self.not_held = "CPU_LATENCY=off"
+            self.not_held = self.off_because
             return
         value = 0 if self.requested == "auto" else self.requested
         try:

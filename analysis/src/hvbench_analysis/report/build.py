@@ -24,6 +24,7 @@ from pathlib import Path
 
 from hvbench_analysis.load import Runs, load_runs, run_dirs
 from hvbench_analysis.report.campaigns import campaign_section
+from hvbench_analysis.report.energy import energy_section
 from hvbench_analysis.report.explain import (
     bound_section,
     explain_section,
@@ -77,6 +78,7 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     percentile_section(page, measured, flags_by_run(runs), args, dirs)
     max_section(page, measured, args, dirs)
     interference_section(page, runs, args, dirs)
+    energy_section(page, runs, args, dirs)
     bound_section(page, runs, dirs)
     intended_section(page, measured, dirs)
     stage_section(page, measured, args, dirs)
