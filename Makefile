@@ -53,12 +53,15 @@ INVENTORY ?= inventory/sample
 # make sched: ACTION=check|apply|read|reset for the real-time VM on a testbed's host: on KVM its
 # vCPUs (SCHED=none|cfs|deadline|fifo with BUDGET/PERIOD, or PRIORITY for fifo), on Xen its
 # cpupool and domain (SCHED=rtds|credit|credit2 with BUDGET/PERIOD/EXTRATIME: EXTRATIME=0 by
-# default, so the budget is a limit; or WEIGHT/CAP). The readback goes to build/sched.json.
+# default, so the budget is a limit; or WEIGHT/CAP, with the pool's TSLICE_US (credit) and
+# RATELIMIT_US (credit, credit2)). The readback goes to build/sched.json.
 ACTION    ?= apply
 PRIORITY  ?=
 EXTRATIME ?=
 WEIGHT    ?=
 CAP       ?=
+TSLICE_US ?=
+RATELIMIT_US ?=
 
 KAFKA_LIBS := build/kafka/libs
 FLINK_LIB  := build/flink/lib
@@ -271,7 +274,8 @@ teardown: $(STAMP) ## remove the guests (HOST= TARGET= or INVENTORY=)
 # vcpu-sched (KVM) and xen-sched (Xen) are the same with TARGET given.
 SCHED_ARGS = --sched $(or $(SCHED),none)$(if $(BUDGET), --budget $(BUDGET))$(if $(PERIOD), --period $(PERIOD))$(if \
 	$(PRIORITY), --priority $(PRIORITY))$(if $(EXTRATIME), --extratime $(EXTRATIME))$(if \
-	$(WEIGHT), --weight $(WEIGHT))$(if $(CAP), --cap $(CAP))
+	$(WEIGHT), --weight $(WEIGHT))$(if $(CAP), --cap $(CAP))$(if $(TSLICE_US), --tslice-us \
+	$(TSLICE_US))$(if $(RATELIMIT_US), --ratelimit-us $(RATELIMIT_US))
 vcpu-sched: TARGET = kvm
 xen-sched: TARGET = xen
 vcpu-sched xen-sched: sched ## make sched on a KVM or a Xen host

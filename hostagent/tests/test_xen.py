@@ -46,9 +46,21 @@ def test_a_readback_matches_only_the_exact_setting():
     vcpus[1] = {**vcpus[1], "extratime": 1}
     assert not xen_sched.matches(setting, {"sched": "rtds", "vcpus": vcpus})
     assert not xen_sched.matches(setting, {"sched": "credit", "weight": 256, "cap": 0})
+
+
+def test_a_credit_readback_matches_the_pools_slice_and_rate_limit_too(monkeypatch):
+    monkeypatch.setattr(xen_sched, "boot_options", lambda: {"sched_ratelimit_us": "1000"})
+    at_boot = {"tslice_us": 30000, "ratelimit_us": 1000, "migration_delay_us": 0}
     credit = Setting("credit", weight=256, cap=153)
-    assert xen_sched.matches(credit, {"sched": "credit", "weight": 256, "cap": 153})
-    assert not xen_sched.matches(credit, {"sched": "credit", "weight": 256, "cap": 0})
+    back = {"sched": "credit", "weight": 256, "cap": 153, "pool_params": at_boot}
+    assert xen_sched.matches(credit, back)
+    assert not xen_sched.matches(credit, {**back, "cap": 0})
+    # a run that sets no slice runs with the boot value, never the last run's
+    assert not xen_sched.matches(credit, {**back, "pool_params": {**at_boot, "tslice_us": 1000}})
+    short = Setting("credit", weight=256, cap=153, tslice_us=1000, ratelimit_us=100)
+    assert xen_sched.matches(
+        short, {**back, "pool_params": {"tslice_us": 1000, "ratelimit_us": 100}}
+    )
 
 
 # printed by the test host (Xen 4.17.5, Debian 12's xl)
@@ -116,10 +128,64 @@ def test_read_and_reset_take_no_setting(capsys, monkeypatch):
 def test_reset_gives_the_domain_its_pools_defaults(monkeypatch, sched, expected):
     calls = []
     monkeypatch.setattr(xen_sched, "_pool_sched", lambda name: sched)
+    monkeypatch.setattr(xen_sched, "domain", lambda name: {"id": 2, "vcpus": 2, "pool": "rt"})
+    monkeypatch.setattr(xen_sched, "boot_options", lambda: {"sched_ratelimit_us": "500"})
     monkeypatch.setattr(xen_sched, "readback", lambda name: {"domain": name})
     monkeypatch.setattr(xen_sched, "xl", lambda *args: calls.append(args) or RTDS_EXTRATIME_ON)
     assert xen_sched.reset("d") == {"domain": "d"}
     assert calls[-1] == expected and ("pause", "d") not in calls
+    # the pool's rate limit goes back to what a new pool gets (the boot value)
+    pool = [c for c in calls if c[:2] == (f"sched-{sched}", "-s")]
+    assert pool == ([("sched-credit2", "-s", "-p", "rt", "-r", "500")] if sched != "rtds" else [])
+
+
+# `xl sched-credit -s -p POOL` and `xl sched-credit2 -s -p POOL` (tools/xl/xl_sched.c)
+CREDIT_POOL = "Cpupool hvbench-rt: tslice=30ms ratelimit=1000us migration-delay=0us\n"
+CREDIT2_POOL = "Cpupool hvbench-rt: ratelimit=0us\n"
+
+
+def test_the_pools_parameters_are_read_in_microseconds():
+    assert xen_sched.parse_pool_params(CREDIT_POOL) == {
+        "tslice_us": 30000, "ratelimit_us": 1000, "migration_delay_us": 0
+    }  # fmt: skip
+    assert xen_sched.parse_pool_params(CREDIT2_POOL) == {"ratelimit_us": 0}
+    with pytest.raises(Refused, match="no scheduler parameters"):
+        xen_sched.parse_pool_params("Cpupool hvbench-rt: [sched params unavailable]\n")
+
+
+def test_a_new_pools_values_come_from_the_hypervisors_command_line(monkeypatch):
+    line = "xen_commandline : dom0_mem=2048M sched=credit2 sched_ratelimit_us=500 timer_slop=10000"
+    monkeypatch.setattr(xen_sched, "xl", lambda *args: line)
+    assert xen_sched.boot_pool_params("credit") == {"tslice_us": 30000, "ratelimit_us": 500}
+    assert xen_sched.boot_pool_params("credit2") == {"ratelimit_us": 500}
+    assert xen_sched.boot_pool_params("rtds") == {}
+    assert xen_sched.timer_slop() == {"ns": 10000, "from": "the hypervisor's command line"}
+    monkeypatch.setattr(xen_sched, "xl", lambda *args: "xen_commandline : sched=credit")
+    assert xen_sched.timer_slop() == {"ns": 50000, "from": "Xen's default"}
+
+
+def test_the_pools_slice_and_rate_limit_are_set_in_one_call(monkeypatch):
+    calls = []
+    monkeypatch.setattr(xen_sched, "xl", lambda *args: calls.append(args) or "")
+    monkeypatch.setattr(xen_sched, "boot_options", lambda: {})
+    wanted = xen_sched.wanted_pool_params(
+        Setting("credit", 256, 0, tslice_us=1000, ratelimit_us=100)
+    )
+    xen_sched.set_pool_params("rt", "credit", wanted)
+    wanted = xen_sched.wanted_pool_params(Setting("credit2", weight=256, cap=0, ratelimit_us=0))
+    xen_sched.set_pool_params("rt", "credit2", wanted)
+    assert calls == [
+        ("sched-credit", "-s", "-p", "rt", "-t", "1", "-r", "100"),
+        ("sched-credit2", "-s", "-p", "rt", "-r", "0"),
+    ]
+
+
+def test_a_rate_limit_longer_than_the_pools_boot_slice_is_refused_before_xl_sets_it(monkeypatch):
+    monkeypatch.setattr(xen_sched, "domain", lambda name: {"id": 2, "vcpus": 2, "pool": "rt"})
+    monkeypatch.setattr(xen_sched, "pools", lambda: {"rt": {"sched": "credit", "cpus": [1]}})
+    monkeypatch.setattr(xen_sched, "boot_options", lambda: {"sched_credit_tslice_ms": "2"})
+    with pytest.raises(Refused, match="RATELIMIT_US 5000 is longer than TSLICE_US 2000"):
+        xen_sched.check("rt-vm", Setting("credit", weight=256, cap=0, ratelimit_us=5000), "rt")
 
 
 # `xl sched-rtds -d hvbench-realtime -v all` on the test host (Xen 4.17.5)
@@ -147,13 +213,17 @@ def test_extratime_is_switched_on_only_while_the_domain_is_paused(monkeypatch, e
         assert calls[1:] == [(*setting, "-e", "0")] and slept == []
 
 
+BOOT = {"tslice_us": 30000, "ratelimit_us": 1000}  # Xen's defaults
+
+
 def test_every_real_time_vm_gets_the_setting_and_is_read_back(capsys, monkeypatch):
     applied, reset = [], []
     monkeypatch.setattr(xen_sched, "check", lambda name, setting, pool: None)
+    monkeypatch.setattr(xen_sched, "boot_options", lambda: {})
 
     def fake_apply(name, setting, pool):
         applied.append((name, pool))
-        return {"domain": name, "sched": "credit", "weight": 256, "cap": 0}
+        return {"domain": name, "sched": "credit", "weight": 256, "cap": 0, "pool_params": BOOT}
 
     monkeypatch.setattr(xen_sched, "apply", fake_apply)
     monkeypatch.setattr(xen_sched, "reset", reset.append)
@@ -168,11 +238,12 @@ def test_every_real_time_vm_gets_the_setting_and_is_read_back(capsys, monkeypatc
 def test_a_refusal_on_one_real_time_vm_resets_them_all(monkeypatch):
     reset = []
     monkeypatch.setattr(xen_sched, "check", lambda name, setting, pool: None)
+    monkeypatch.setattr(xen_sched, "boot_options", lambda: {})
 
     def fake_apply(name, setting, pool):
         if name == "rt-2":
             raise Refused("xl sched-credit: failed")
-        return {"domain": name, "sched": "credit", "weight": 256, "cap": 0}
+        return {"domain": name, "sched": "credit", "weight": 256, "cap": 0, "pool_params": BOOT}
 
     monkeypatch.setattr(xen_sched, "apply", fake_apply)
     monkeypatch.setattr(xen_sched, "reset", reset.append)

@@ -436,9 +436,18 @@ def test_a_scheduler_that_is_not_compiled_in_is_refused_loudly(host):
 
 SETTINGS = [
     # (arguments, what xl must read back), in an order that never takes a CPU out of an RTDS pool
-    (["--sched", "credit", "--cap", "153"], {"weight": 256, "cap": 153}),
-    (["--sched", "credit", "--weight", "512"], {"weight": 512, "cap": 0}),
-    (["--sched", "credit2", "--cap", "153"], {"weight": 256, "cap": 153}),
+    # Credit and Credit2 with the pool's own parameters: the boot values (Xen's 30 ms slice,
+    # provisioning's 1000 µs rate limit) unless the setting names its own
+    (["--sched", "credit", "--cap", "153"],
+     {"weight": 256, "cap": 153, "pool": {"tslice_us": 30000, "ratelimit_us": 1000}}),
+    (["--sched", "credit", "--weight", "512", "--tslice", "1000", "--ratelimit", "100"],
+     {"weight": 512, "cap": 0, "pool": {"tslice_us": 1000, "ratelimit_us": 100}}),
+    (["--sched", "credit", "--weight", "512"],
+     {"weight": 512, "cap": 0, "pool": {"tslice_us": 30000, "ratelimit_us": 1000}}),
+    (["--sched", "credit2", "--cap", "153", "--ratelimit", "0"],
+     {"weight": 256, "cap": 153, "pool": {"ratelimit_us": 0}}),
+    (["--sched", "credit2", "--cap", "153"],
+     {"weight": 256, "cap": 153, "pool": {"ratelimit_us": 1000}}),
     (["--sched", "rtds", "--budget", "77500"], {"period_us": 100000, "budget_us": 77500,
                                                 "extratime": 0}),
     (["--sched", "rtds", "--budget", "77500", "--extratime", "1"],
@@ -468,10 +477,19 @@ def test_each_scheduler_setting_is_applied_and_read_back(host):
             want = (str(expected["period_us"]), str(expected["budget_us"]), extratime)
             assert rows == [want] * 2, raw
         else:
-            assert {"weight": back["weight"], "cap": back["cap"]} == expected, back
+            assert {"weight": back["weight"], "cap": back["cap"]} == {
+                k: expected[k] for k in ("weight", "cap")
+            }, back
             raw = on_host(host, f"xl sched-{sched_name} -d {GUEST}").stdout
             assert re.search(rf"^{GUEST}\s+\d+\s+{expected['weight']}\s+{expected['cap']}\s*$",
                              raw, re.M), raw  # fmt: skip
+            pool = {k: back["pool_params"][k] for k in expected["pool"]}
+            assert pool == expected["pool"], back["pool_params"]
+            raw = on_host(host, f"xl sched-{sched_name} -s -p {POOL}").stdout
+            assert f"ratelimit={expected['pool']['ratelimit_us']}us" in raw, raw
+            if sched_name == "credit":
+                assert f"tslice={expected['pool']['tslice_us'] // 1000}ms" in raw, raw
+        assert back["timer_slop"] == {"ns": 50000, "from": "Xen's default"}, back
         # the pinning survives each pool change (a move resets it; the tool pins again)
         for vcpu, cpu in enumerate(GUESTS[GUEST][1]):
             assert re.search(rf"^{GUEST}\s+\d+\s+{vcpu}\s+\S+\s+\S+\s+[\d.]+\s+{cpu} / all\s*$",
@@ -562,6 +580,10 @@ def test_a_setting_the_host_cannot_take_is_refused_and_changes_nothing(host):
     before = read()
     code, _, text = xen_sched(host, "apply", "--domain", GUEST, "--sched", "rtds", "--cap", "201")
     assert code == 2 and "SCHED=rtds has no CAP=201" in text
+    code, _, text = xen_sched(
+        host, "apply", "--domain", GUEST, "--sched", "credit2", "--tslice", "1000"
+    )
+    assert code == 2 and "SCHED=credit2 has no TSLICE_US=1000" in text
     code, _, text = xen_sched(
         host, "check", "--domain", GUEST, "--sched", "credit2", "--cap", "201"
     )

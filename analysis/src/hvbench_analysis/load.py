@@ -35,6 +35,8 @@ SETTINGS = (
     "cap",
     "weight",
     "priority",  # SCHED_FIFO on kvm
+    "tslice",  # Credit's time slice (µs) on xen, None: the pool's boot value
+    "ratelimit",  # the Credit/Credit2 rate limit (µs) on xen, None: the pool's boot value
     "rate",  # records/s over all producers: runs at different rates are different configs
     "noise",  # the neighbours and what they did (NOISE), "" for none
     "noise_cpus",  # bare: where the loads ran (job, apart or a CPU list), "" without loads
@@ -136,6 +138,8 @@ def tags_of(meta: dict) -> dict:
         "cap": requested.get("cap"),
         "weight": requested.get("weight"),
         "priority": requested.get("priority"),
+        "tslice": requested.get("tslice_us"),
+        "ratelimit": requested.get("ratelimit_us"),
         "rate": rate_per_s(requested.get("producer_period_ms"), requested.get("detectors")),
         **noise_tags(requested),
         "scale": scale_tag(requested),
@@ -537,6 +541,8 @@ def config_label(row) -> str:
         ("cap", "cap"),
         ("weight", "w"),
         ("priority", "prio"),
+        ("tslice", "ts"),
+        ("ratelimit", "rl"),
     ):
         value = row.get(tag)
         if value is not None and not pd.isna(value):

@@ -38,7 +38,10 @@ import pandas as pd
 # 10: the power policy (`requested.governor`, `max_cstate`, `turbo`; `power`, each host's
 # readback) and the energy (`energy`, each window's joules, or why not available; energy.csv,
 # every sample); older runs recorded neither.
-SCHEMA_VERSION = 10
+# 11: the Xen pool's time slice and rate limit (`requested.tslice_us`, `ratelimit_us`) and each
+# host's real-time profile (`rt_profile`, its settings read back); older runs had neither, and
+# ran with the pool's boot values.
+SCHEMA_VERSION = 11
 META = "meta.json"
 SAMPLES = "samples.csv"
 DEAD_LETTERS = "dead_letters.jsonl"
@@ -53,6 +56,7 @@ FREEWAY = {"network": "freeway", "detectors": 6}  # `requested` before 7
 A_RECORD_A_MESSAGE = {"messages": "record"}
 ONE_PAIR = {"clients": 1}  # `requested` before 9
 POWER_AS_IT_WAS = {"governor": None, "max_cstate": None, "turbo": None}  # before 10
+POOL_AS_IT_WAS = {"tslice_us": None, "ratelimit_us": None}  # before 11: the boot values
 SETTING_KEYS = ("budget_us", "period_us", "priority", "extratime", "weight", "cap")
 # Counts added in version 3: foreign records are other runs' (reported, never a problem);
 # contradictions and lost dead letters are problems.
@@ -159,6 +163,8 @@ def upgrade(meta: dict) -> dict:
         meta["requested"] = {**ONE_PAIR, **meta["requested"]}
     if version < 10 and isinstance(meta.get("requested"), dict):
         meta["requested"] = {**POWER_AS_IT_WAS, **meta["requested"]}
+    if version < 11 and isinstance(meta.get("requested"), dict):
+        meta["requested"] = {**POOL_AS_IT_WAS, **meta["requested"]}
     meta["schema"] = SCHEMA_VERSION
     return meta
 

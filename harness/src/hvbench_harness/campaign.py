@@ -57,7 +57,8 @@ KNOBS = ("budget", "cap", "weight")
 SETTING_KEYS = set(spec.CAMPAIGN_KEYS)
 # Short names for point ids: p03-rtds-b77500-e0
 SHORT = {"budget": "b", "period": "p", "extratime": "e", "weight": "w", "cap": "c"}
-SHORT |= {"priority": "prio", "records": "n", "send_ms": "ms", "rate": "r", "warmup": "wu"}
+SHORT |= {"priority": "prio", "tslice_us": "ts", "ratelimit_us": "rl"}
+SHORT |= {"records": "n", "send_ms": "ms", "rate": "r", "warmup": "wu"}
 SHORT |= {"noise": "", "noise_cpus": "on-", "job_cpus": "job"}
 SHORT |= {"governor": "", "max_cstate": "cmax", "turbo": "turbo-"}
 # Seconds a run takes besides sending (start Kafka and the job, drain, tear down), until the

@@ -45,6 +45,8 @@ PLAYBOOK_VERBS = {
     "teardown": "remove a testbed's guests (Ansible)",
 }
 SCHED_ACTIONS = ("check", "apply", "read", "reset")
+# make sched's scheduler parameters besides BUDGET and PERIOD
+SCHED_PARAMS = ("priority", "extratime", "weight", "cap", "tslice_us", "ratelimit_us")
 
 
 class CliError(RuntimeError):
@@ -67,8 +69,8 @@ def playbook_parser(verb: str) -> argparse.ArgumentParser:
     if verb == "sched":
         p.add_argument("action", choices=SCHED_ACTIONS)
         p.add_argument("--sched", default="none")
-        for name in ("budget", "period", "priority", "extratime", "weight", "cap"):
-            p.add_argument(f"--{name}", type=int)
+        for name in ("budget", "period", *SCHED_PARAMS):
+            p.add_argument(f"--{name.replace('_', '-')}", type=int)
         p.add_argument("--readback", default="build/sched.json", help="where the readback goes")
     if verb == "provision":
         p.add_argument("--guest-bundle", required=True, help="make guest-bundle's file")
@@ -102,7 +104,7 @@ def sched(args: argparse.Namespace) -> int:
     target = args.target or inventory_target(hosts)
     if target == "bare":
         raise CliError(f"no testbed host in {hosts} (HOST= or INVENTORY=)")
-    params = {k: getattr(args, k) for k in ("priority", "extratime", "weight", "cap")}
+    params = {k: getattr(args, k) for k in SCHED_PARAMS}
     if args.action in ("check", "apply"):
         backend = BACKEND_OF_TARGET[target]
         validate(backend, args.sched, budget_us=args.budget, period_us=args.period, **params)

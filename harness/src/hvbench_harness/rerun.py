@@ -50,6 +50,7 @@ SETTING_KEYS = {
     "weight",
     "cap",
     "pool",
+    "pool_params",
 }
 
 

@@ -129,6 +129,8 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
         extratime=args.extratime,
         weight=args.weight,
         cap=args.cap,
+        tslice_us=args.tslice_us,
+        ratelimit_us=args.ratelimit_us,
     )
     args.policy = validate_policy(args.governor, args.max_cstate, args.turbo)
     if args.target == "bare":
@@ -352,7 +354,7 @@ def job_clock(samples, target: Target) -> dict:
 def default_run_id(target: str, setting: Setting) -> str:
     """e.g. 20261122T101500Z-xen-rtds-b77500-p100000-e0, ...-xen-credit-w256-c153"""
     short = {"budget_us": "b", "period_us": "p", "extratime": "e", "weight": "w", "cap": "c"}
-    short["priority"] = "prio"
+    short |= {"priority": "prio", "tslice_us": "ts", "ratelimit_us": "rl"}
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{target}-{setting.sched}" + "".join(
         f"-{short[k]}{v}" for k, v in asdict(setting).items() if k in short and v is not None
     )

@@ -57,6 +57,12 @@ FIELDS = (
     Field("extratime", int, None, "--extratime", "SCHED=rtds (xen): 0 (default) or 1", "extratime"),
     Field("weight", int, None, "--weight", "SCHED=credit|credit2 (xen): 1..65535, 256", "weight"),
     Field("cap", int, None, "--cap", "SCHED=credit|credit2 (xen): % of one CPU, 0 = none", "cap"),
+    Field("tslice_us", int, None, "--tslice-us",
+          "SCHED=credit (xen): the real-time pool's time slice, whole ms in µs (1000..1000000); "
+          "unset: the boot value (Xen's default 30000)", "tslice_us"),
+    Field("ratelimit_us", int, None, "--ratelimit-us",
+          "SCHED=credit|credit2 (xen): the real-time pool's rate limit, 0 (off) or "
+          "100..500000 µs; unset: the boot value (xen_host_sched_ratelimit_us)", "ratelimit_us"),
     Field("network", str, "freeway", "--network",
           "the road network: freeway (the study's six detectors) or bay (the 325 PEMS-BAY "
           "sensors, each record routed to a destination of its own; bare; docs/cluster.md)",

@@ -3,6 +3,7 @@
     hvbench-agent sched validate|check|apply|read|reset --backend kvm|xen --domain NAME
                   [--domain NAME ...] [--pool POOL] [--sched S] [--budget US] [--period US]
                   [--priority N] [--extratime 0|1] [--weight W] [--cap C]
+                  [--tslice US] [--ratelimit US]
     hvbench-agent xen prove --sched rtds credit credit2
     hvbench-agent xen pool --pool POOL --sched S [--cpus 2,3]
     hvbench-agent xen pool-destroy --pool POOL

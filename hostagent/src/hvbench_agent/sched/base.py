@@ -37,6 +37,10 @@ class Setting:
     extratime: int | None = None  # RTDS: 1 lets a vCPU run past its budget when CPUs idle
     weight: int | None = None  # Credit, Credit2
     cap: int | None = None  # Credit, Credit2: percent of one CPU, 0 = no cap
+    # Credit's time slice and the Credit/Credit2 rate limit: the real-time pool's, not the
+    # domain's (xl sched-credit[2] -s -p POOL); None: what the pool has at boot.
+    tslice_us: int | None = None
+    ratelimit_us: int | None = None
 
     def params(self) -> dict[str, int]:
         """The parameters that are set, by field name."""
@@ -56,6 +60,8 @@ PARAM_NAMES = {
     "extratime": "EXTRATIME",
     "weight": "WEIGHT",
     "cap": "CAP",
+    "tslice_us": "TSLICE_US",
+    "ratelimit_us": "RATELIMIT_US",
 }
 BUDGETED = ("budget_us", "period_us")
 WEIGHTED = ("weight", "cap")
@@ -67,7 +73,11 @@ SCHEDULERS: dict[str, dict[str, tuple[str, ...]]] = {
     # the real-time VM's vCPU threads on a KVM host
     "kvm": {"none": (), "cfs": BUDGETED, "deadline": BUDGETED, "fifo": ("priority",)},
     # the real-time VM and its cpupool on a Xen host
-    "xen": {"rtds": (*BUDGETED, "extratime"), "credit": WEIGHTED, "credit2": WEIGHTED},
+    "xen": {
+        "rtds": (*BUDGETED, "extratime"),
+        "credit": (*WEIGHTED, "tslice_us", "ratelimit_us"),
+        "credit2": (*WEIGHTED, "ratelimit_us"),
+    },
 }
 # The target a run names → the backend that applies its setting.
 BACKEND_OF_TARGET = {"bare": "linux", "kvm": "kvm", "xen": "xen"}
@@ -160,6 +170,12 @@ CFS_QUOTA_MIN_US = 1_000
 # Xen (xen/common/sched/rt.c RTDS_MIN_PERIOD/RTDS_MIN_BUDGET; libxl's weight range).
 RTDS_MIN_US = 10
 WEIGHT_RANGE = (1, 65535)
+# Credit's time slice is whole milliseconds (xen/include/public/sysctl.h
+# XEN_SYSCTL_CSCHED_TSLICE_MIN/MAX); the rate limit is 0 (off) or within
+# XEN_SYSCTL_SCHED_RATELIMIT_MIN/MAX, and Credit refuses one longer than its slice (credit.c
+# csched_sys_cntl).
+TSLICE_RANGE_US = (1_000, 1_000_000)
+RATELIMIT_RANGE_US = (100, 500_000)
 CREDIT_DEFAULT_WEIGHT = 256
 FIFO_PRIORITY_RANGE = (1, 99)
 
@@ -232,6 +248,32 @@ def _credit_limits(s: Setting) -> None:
         raise Refused(f"SCHED={s.sched}: WEIGHT {s.weight} outside {low}..{high}")
     if s.cap < 0:
         raise Refused(f"SCHED={s.sched}: CAP {s.cap} is negative (0 means no cap)")
+    check_pool_params(s.sched, s.tslice_us, s.ratelimit_us)
+
+
+def check_pool_params(sched: str, tslice_us: int | None, ratelimit_us: int | None) -> None:
+    """Xen's limits on a pool's time slice and rate limit (None: not set)."""
+    if tslice_us is not None:
+        low, high = TSLICE_RANGE_US
+        if tslice_us % 1000 or not low <= tslice_us <= high:
+            raise Refused(
+                f"SCHED={sched}: TSLICE_US {tslice_us} is not whole milliseconds within "
+                f"{low}..{high} us (Xen's Credit takes its time slice in ms, 1..1000)"
+            )
+    if ratelimit_us is not None and ratelimit_us < 0:
+        raise Refused(f"SCHED={sched}: RATELIMIT_US {ratelimit_us} is negative (0: off)")
+    if ratelimit_us:
+        low, high = RATELIMIT_RANGE_US
+        if not low <= ratelimit_us <= high:
+            raise Refused(
+                f"SCHED={sched}: RATELIMIT_US {ratelimit_us} outside {low}..{high} us "
+                "(0 turns the rate limit off)"
+            )
+    if tslice_us is not None and ratelimit_us is not None and ratelimit_us > tslice_us:
+        raise Refused(
+            f"SCHED={sched}: RATELIMIT_US {ratelimit_us} is longer than TSLICE_US {tslice_us} "
+            "(Xen's Credit refuses a rate limit longer than its time slice)"
+        )
 
 
 def _fifo_limits(s: Setting) -> None:

@@ -10,6 +10,12 @@ and as on the other targets:
   Xen < 4.22 the domain-wide form does not check budget <= period, and 4.17's xl needs -e there.
 - credit, credit2: WEIGHT (1..65535, default 256) and CAP (percent of one physical CPU, 0 = no
   cap, at most 100 × the domain's vCPUs: `xl sched-credit -c 153` is 1.53 CPUs and needs two).
+- credit: TSLICE_US (the pool's time slice, whole ms 1..1000, Xen's default 30 ms) and
+  RATELIMIT_US (how long a vCPU runs before another may preempt it, 0 or 100..500000 µs and no
+  longer than the slice, Xen's default 1000); credit2: RATELIMIT_US. Both belong to the pool,
+  not the domain (`xl sched-credit -s -p POOL -t MS -r US`); unset, the pool gets what a new
+  pool starts with (the boot parameters sched_credit_tslice_ms and sched_ratelimit_us), so a
+  run never inherits the last run's values.
 
 The real-time VM runs in its own cpupool (POOL) whose scheduler is the run's: `apply` re-creates
 the pool with that scheduler when it has another one, moves the domain into it and only then
@@ -44,7 +50,7 @@ import subprocess
 import sys
 import time
 
-from .base import CREDIT_DEFAULT_WEIGHT, Refused, Setting
+from .base import CREDIT_DEFAULT_WEIGHT, Refused, Setting, check_pool_params
 
 # What a domain starts with, and what `reset` puts back.
 DEFAULTS = {
@@ -52,6 +58,15 @@ DEFAULTS = {
     "credit": {"weight": CREDIT_DEFAULT_WEIGHT, "cap": 0},
     "credit2": {"weight": CREDIT_DEFAULT_WEIGHT, "cap": 0},
 }
+# The pool-wide parameters of each scheduler, and what Xen gives a new pool unless its boot
+# parameters say otherwise (sched_credit_tslice_ms, sched_ratelimit_us; common/sched/core.c).
+POOL_PARAMS = {"rtds": (), "credit": ("tslice_us", "ratelimit_us"), "credit2": ("ratelimit_us",)}
+BOOT_PARAMS = {
+    "tslice_us": ("sched_credit_tslice_ms", 30, 1000),
+    "ratelimit_us": ("sched_ratelimit_us", 1000, 1),
+}  # option, Xen's default, µs per unit
+# Xen programs its timer this far past the earliest deadline (common/timer.c timer_slop, ns).
+TIMER_SLOP_DEFAULT_NS = 50_000
 DEFAULT_POOL = "hvbench-rt"
 HOST_POOL = "Pool-0"
 RTDS_CPU_REMOVAL = (
@@ -241,6 +256,69 @@ def destroy_pool(pool: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# the pool's scheduler parameters and the hypervisor's timer
+
+
+def boot_options() -> dict[str, str]:
+    """The hypervisor's command line as option → value (`xl info` xen_commandline)."""
+    line = parse_colon_list(xl("info")).get("xen_commandline", "")
+    return dict(o.partition("=")[::2] for o in line.split())
+
+
+def boot_pool_params(sched_name: str) -> dict[str, int]:
+    """What a new pool with this scheduler starts with, in µs."""
+    if not POOL_PARAMS[sched_name]:
+        return {}
+    options = boot_options()
+    out = {}
+    for key in POOL_PARAMS[sched_name]:
+        option, default, unit_us = BOOT_PARAMS[key]
+        out[key] = int(options.get(option, default)) * unit_us
+    return out
+
+
+def parse_pool_params(text: str) -> dict[str, int]:
+    """`xl sched-credit -s -p POOL`: "Cpupool P: tslice=30ms ratelimit=1000us
+    migration-delay=0us" (credit2: "ratelimit=1000us"), in µs by name."""
+    if "[sched params unavailable]" in text:
+        raise Refused(f"xl has no scheduler parameters for the pool: {text.strip()}")
+    out = {}
+    for name, value, unit in re.findall(r"([a-z-]+)=(\d+)(ms|us)", text):
+        out[f"{name.replace('-', '_')}_us"] = int(value) * (1000 if unit == "ms" else 1)
+    return out
+
+
+def pool_params(pool: str, sched_name: str) -> dict[str, int]:
+    if not POOL_PARAMS[sched_name]:
+        return {}
+    return parse_pool_params(xl(f"sched-{sched_name}", "-s", "-p", pool))
+
+
+def wanted_pool_params(setting: Setting) -> dict[str, int]:
+    """The pool's parameters a setting asks for: its own, the boot values for the rest."""
+    wanted = boot_pool_params(setting.sched)
+    for key in wanted:
+        if getattr(setting, key) is not None:
+            wanted[key] = getattr(setting, key)
+    return wanted
+
+
+def set_pool_params(pool: str, sched_name: str, wanted: dict[str, int]) -> None:
+    if not wanted:
+        return
+    args = ["-t", str(wanted["tslice_us"] // 1000)] if "tslice_us" in wanted else []
+    xl(f"sched-{sched_name}", "-s", "-p", pool, *args, "-r", str(wanted["ratelimit_us"]))
+
+
+def timer_slop() -> dict:
+    """Xen's timer slop (a boot parameter, not readable otherwise) and where it came from."""
+    given = boot_options().get("timer_slop")
+    if given is None:
+        return {"ns": TIMER_SLOP_DEFAULT_NS, "from": "Xen's default"}
+    return {"ns": int(given), "from": "the hypervisor's command line"}
+
+
+# ---------------------------------------------------------------------------------------------
 # settings
 
 
@@ -257,6 +335,8 @@ def check(name: str, setting: Setting, pool: str) -> dict:
         raise Refused(f"no cpupool {pool!r} on this host: provision the host (roles/xen_host)")
     if setting.sched != existing["sched"] and _rtds_with_cpus(existing):
         raise Refused(RTDS_CPU_REMOVAL.format(pool=pool, sched=setting.sched))
+    wanted = wanted_pool_params(setting)  # the boot values may clash with the setting's own
+    check_pool_params(setting.sched, wanted.get("tslice_us"), wanted.get("ratelimit_us"))
     return dom
 
 
@@ -265,6 +345,7 @@ def apply(name: str, setting: Setting, pool: str) -> dict:
     ensure_pool(pool, setting.sched)
     if domain(name)["pool"] != pool:
         migrate(name, pool)
+    set_pool_params(pool, setting.sched, wanted_pool_params(setting))
     _set(name, setting)
     return readback(name)
 
@@ -299,8 +380,10 @@ def _set_rtds(name: str, setting: Setting) -> None:
 
 
 def reset(name: str) -> dict:
-    """The pool's scheduler defaults for the domain (what it had when it was created)."""
+    """The scheduler's defaults for the domain (what it had when it was created), and the
+    pool's parameters as a new pool has them."""
     sched_name = _pool_sched(name)
+    set_pool_params(domain(name)["pool"], sched_name, boot_pool_params(sched_name))
     d = DEFAULTS[sched_name]
     if sched_name == "rtds":
         setting = Setting(
@@ -318,8 +401,9 @@ def _pool_sched(name: str) -> str:
 
 def readback(name: str) -> dict:
     """What xl reports for the domain: its pool and scheduler, the parameters per vCPU (rtds)
-    or per domain (credit, credit2), its tsc_mode, the raw `xl vcpu-list` and
-    `xl cpupool-list -c`, and `xl info` (the hypervisor's version, changeset, command line)."""
+    or per domain (credit, credit2), the pool's own parameters (and what it starts with), its
+    tsc_mode, Xen's timer slop, the raw `xl vcpu-list` and `xl cpupool-list -c`, and `xl info`
+    (the hypervisor's version, changeset, command line)."""
     dom = domain(name)
     sched_name = _pool_sched(name)
     if sched_name == "rtds":
@@ -344,6 +428,9 @@ def readback(name: str) -> dict:
         "pool": dom["pool"],
         "sched": sched_name,
         **params,
+        "pool_params": pool_params(dom["pool"], sched_name),
+        "pool_params_at_boot": boot_pool_params(sched_name),
+        "timer_slop": timer_slop(),
         "tsc_mode": tsc_mode(name),
         "vcpu_list": xl("vcpu-list", name),
         "cpupool_list": xl("cpupool-list", "-c"),
@@ -365,7 +452,9 @@ def matches(setting: Setting, back: dict) -> bool:
         want = (setting.period_us, setting.budget_us, setting.extratime)
         got = {(v["period_us"], v["budget_us"], v["extratime"]) for v in back["vcpus"]}
         return got == {want}
-    return (back["weight"], back["cap"]) == (setting.weight, setting.cap)
+    wanted = wanted_pool_params(setting)
+    pool = {key: back["pool_params"].get(key) for key in wanted}
+    return (back["weight"], back["cap"], pool) == (setting.weight, setting.cap, wanted)
 
 
 class XenScheduler:
