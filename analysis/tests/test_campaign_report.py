@@ -276,6 +276,12 @@ def test_rate_tag_from_the_producer_period(tmp_path):
     assert labels == {"default": "bare/none", "fast": "bare/none @1200/s", "old": "bare/none"}
 
 
+def test_a_xen_pools_slice_and_rate_limit_tell_configurations_apart():
+    row = {"target": "xen", "sched": "credit", "cap": 153, "tslice": 1000, "ratelimit": 0}
+    assert config_label(row) == "xen/credit cap153 ts1000 rl0"
+    assert config_label({**row, "tslice": None, "ratelimit": None}) == "xen/credit cap153"
+
+
 def test_rate_column_without_repetitions(tmp_path):
     write_run(tmp_path / "a", latencies(9), **CAP)
     write_run(tmp_path / "b", latencies(12), **CAP, producer_period_ms=10.0)

@@ -42,6 +42,8 @@ def test_a_run_from_before_the_version_is_upgraded_when_read():
     }
     assert meta["requested"]["scale"] == "one" and meta["requested"]["taskmanagers"] is None
     assert (meta["requested"]["network"], meta["requested"]["detectors"]) == ("freeway", 6)
+    # before 11 a Xen pool ran with its boot slice and rate limit: not recorded
+    assert (meta["requested"]["tslice_us"], meta["requested"]["ratelimit_us"]) == (None, None)
 
 
 def test_a_run_from_before_the_version_loads_into_the_report(tmp_path):

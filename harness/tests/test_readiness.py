@@ -48,6 +48,17 @@ def tuned_host(here: dict) -> dict:
         "cpu_dma_latency_us": 2000000000,
     }
     facts["energy"] = {"available": True, "source": "powercap", "domains": ["package-0"]}
+    facts["rt_profile"] = {
+        "provisioned": True,
+        "isolated": [2, 3],
+        "settings": {
+            "rt_throttling": {"want": "-1", "have": "-1", "ok": True},
+            "thp": {"want": "never", "have": "never", "ok": True},
+            "nmi_watchdog": {"want": "0", "have": None, "ok": True},
+            "isolcpus": {"want": "", "have": "", "ok": None},  # not asked for
+        },
+        "ok": True,
+    }
     return facts
 
 
@@ -77,8 +88,10 @@ def test_a_tuned_host_passes_every_check(here):
         "smt": "pass",
         "irqbalance": "pass",
         "isolated_cpus": "pass",
+        "rt_profile": "pass",
         "energy": "pass",
     }
+    assert checks["rt_profile"]["found"] == "3 settings; isolated CPUs 2,3"
     assert checks["governor"]["required"] and not checks["smt"]["required"]
     assert checks["energy"]["found"] == "powercap: package-0" and not checks["energy"]["required"]
 
@@ -90,9 +103,15 @@ def test_an_untuned_host_fails_what_provisioning_sets(here):
     facts["idle"]["states"][2]["disabled_on"] = 1  # C6 still enabled on one CPU
     facts["irqbalance"] = "active"
     facts["tsc_flags"] = ["tsc"]
+    facts["rt_profile"]["settings"]["thp"] = {"want": "never", "have": "madvise", "ok": False}
     checks = readiness.evaluate(facts, "host")
     failed = {c["check"] for c in readiness.failed_required(checks)}
-    assert failed == {"tsc", "governor", "cstates", "irqbalance"}
+    assert failed == {"tsc", "governor", "cstates", "irqbalance", "rt_profile"}
+    assert by_name(checks)["rt_profile"]["found"] == "thp 'madvise' (want 'never')"
+    # a guest provisioned without the profile (rt_profile_enabled: false): nothing to check
+    facts["rt_profile"] = {"provisioned": False, "ok": None}
+    guest = by_name(readiness.evaluate(facts, "guest"))
+    assert guest["rt_profile"]["status"] == "n/a" and guest["rt_profile"]["required"]
     assert by_name(checks)["turbo"]["status"] == "fail" and not by_name(checks)["turbo"]["required"]
     assert "C6 (170 µs)" in by_name(checks)["cstates"]["found"]
     assert by_name(checks)["governor"]["found"] == "performance, powersave"

@@ -95,3 +95,16 @@ def test_the_tables_detector_counts_are_the_networks():
     assert {n: len(networks.network(n).detectors) for n in networks.NAMES} == spec.DETECTORS
     assert spec.rate_per_s(100.0) == 60 and spec.rate_per_s(100.0, "bay") == 3250
     assert spec.send_ms_for(3250, "bay") == 100.0
+
+
+def test_a_xen_pool_knob_out_of_xens_range_is_refused_before_any_host(capsys):
+    from hvbench_harness import run
+
+    refused = ["TARGET=xen", "SCHED=credit", "CAP=153", "TSLICE_US=100", "--validate-only"]
+    assert run.main(refused) == 1
+    assert "TSLICE_US 100 is not whole milliseconds within 1000..1000000 us" in (
+        capsys.readouterr().err
+    )
+    assert run.main(["TARGET=xen", "SCHED=rtds", "BUDGET=77500", "RATELIMIT_US=0",
+                     "--validate-only"]) == 1  # fmt: skip
+    assert "SCHED=rtds has no RATELIMIT_US=0" in capsys.readouterr().err

@@ -207,6 +207,8 @@ def test_meta_is_a_bundle_a_run_can_be_repeated_from(plain_run, small_model):
     (tsc,) = [c for c in ready["checks"]["this machine"] if c["check"] == "tsc"]
     assert tsc["required"] and tsc["status"] == "pass"
     assert ready["facts"]["this machine"]["tsc_flags"]
+    # this machine was never provisioned with the real-time profile: recorded as such
+    assert meta["rt_profile"] == {"this machine": {"provisioned": False, "ok": None}}
 
 
 def failing_advised_check() -> str:

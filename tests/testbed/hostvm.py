@@ -52,6 +52,7 @@ ROLE_PACKAGES = [
     "mmdebstrap",
     "e2fsprogs",
     "cpufrequtils",
+    "ipmitool",  # host_tuning: the energy meter's BMC source
 ]
 # What the guest roles (kafka, flink, producers) install with apt: in the tests the host VM
 # itself runs the workload (see test_provision_kvm.py).
@@ -62,7 +63,7 @@ GUEST_ROLE_PACKAGES = ["openjdk-17-jre-headless", "python3-venv", "libpython3.11
 # it, and systemd's shutdown asks logind over D-Bus.
 XEN_PACKAGES = [
     *("xen-system-amd64", "xen-tools", "dnsmasq-base", "iptables", "qemu-utils"),
-    *("grub2-common", "grub-pc-bin", "dbus", "python3-venv"),
+    *("grub2-common", "grub-pc-bin", "dbus", "python3-venv", "ipmitool"),
 ]
 IMAGE_SIZE = "12G"  # sparse: the host keeps guest images too
 LAYOUT = 1  # bump when the way the image is made changes

@@ -9,6 +9,7 @@ the nested guests boot. Nothing is timed here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -76,6 +77,9 @@ def small_testbed_vars(key: Path, bundle: Path | None = None) -> dict:
         # (hvbench_guests is the inventory's: with_workload)
         # The host VM's emulated CPU under TCG: nested guests keep QEMU's default model.
         "guests_kvm_cpu_mode": "",
+        # The host VM boots its kernel directly (no GRUB): the real-time profile's run-time
+        # part alone (roles/rt_profile; the Xen host reboots through GRUB)
+        "rt_profile_boot": False,
     }
 
 
@@ -96,7 +100,11 @@ def with_workload(inventory: Path, controller: ControllerSSH) -> None:
     doc["kvm_hosts"]["hosts"]["testhost"].update(
         dirs, hvbench_guests=guests(), hvbench_neighbours=NEIGHBOURS
     )
-    here = controller.inventory_host(hvbench_private_address="127.0.0.1", **dirs)
+    # this machine plays the guests: its own kernel settings are left alone (the guests'
+    # real-time profile would turn RT throttling, and with it deadline admission, off here)
+    here = controller.inventory_host(
+        hvbench_private_address="127.0.0.1", rt_profile_enabled=False, **dirs
+    )
     for group in ("messaging_vms", "realtime_vms"):
         doc[group] = {"hosts": {"controller": here}}
     # and a neighbour VM with a copy of the workload: provisioning installs the harness here
@@ -222,6 +230,32 @@ def test_second_provision_changes_nothing(host):
     code, out, counts = playbook(host, "provision.yml")
     assert code == 0, out[-6000:]
     assert counts["changed"] == 0, out[-6000:]
+
+
+def test_the_real_time_profile_isolates_the_real_time_vms_cpus_and_reads_back(host):
+    """roles/rt_profile on the KVM host: the real-time VMs' CPUs 2 and 3 isolated at run time
+    (systemd, interrupts, workqueues, the watchdog), the machine-wide settings, each read back
+    by the agent and by the kernel's own files. (Applied at boot by its unit: the Xen host,
+    which reboots into Xen after the role ran, shows that.)"""
+    profile = json.loads(on_host(host, "hvbench-agent rt-profile read"))
+    (host[1].parent / "rt-profile-kvm.json").write_text(json.dumps(profile, indent=1))
+    assert profile["ok"], profile
+    assert (profile["isolated"], profile["housekeeping"], profile["boot"]) == (
+        [2, 3],
+        [0, 1],
+        False,
+    )
+    kernel = on_host(
+        host,
+        "cat /proc/sys/kernel/sched_rt_runtime_us /sys/kernel/mm/transparent_hugepage/enabled "
+        "/proc/sys/kernel/timer_migration /proc/sys/kernel/watchdog_cpumask "
+        "/sys/devices/virtual/workqueue/cpumask /proc/irq/default_smp_affinity; "
+        "grep Cpus_allowed_list /proc/1/status",
+    ).split()
+    assert kernel[:2] == ["-1", "always"] and kernel[3] == "[never]", kernel
+    assert kernel[4:] == ["0", "0-1", "3", "3", "Cpus_allowed_list:", "0-1"], kernel
+    assert profile["settings"]["isolcpus"]["ok"] is None  # not asked: no GRUB on this host
+    assert on_host(host, "systemctl is-enabled hvbench-rt-profile").strip() == "enabled"
 
 
 def test_guests_boot_and_take_their_key(host):
@@ -355,21 +389,36 @@ def assert_applied(host, settings: dict, expect: dict, readback: dict) -> None:
         assert readback["host"]["cpus_left_to_the_host"] == "0"
 
 
+@contextlib.contextmanager
+def rt_throttling_on(host):
+    """The real-time profile turns RT throttling off (-1), and with it the kernel's deadline
+    bandwidth rules (admission, and the root-domain rule behind the partition): these tests
+    look at those rules as a host without the profile has them, then the profile's value is
+    put back."""
+    on_host(host, "sysctl -qw kernel.sched_rt_runtime_us=950000")
+    try:
+        yield
+    finally:
+        on_host(host, "sysctl -qw kernel.sched_rt_runtime_us=-1")
+
+
 def test_deadline_on_a_pinned_vcpu_is_refused_without_a_partition(host):
     """The reason for the partition: plain pinning gives EPERM (the kernel's root-domain rule)."""
     code, out, readbacks = vcpu_sched(host, "read")
     assert code == 0, out[-6000:]
     tid = readbacks[0]["vcpus"][0]["tid"]
-    probe = host[0].ssh(
-        "/opt/hvbench-agent/bin/python -c 'from hvbench_agent.sched import linux, Setting; "
-        f'linux.apply_deadline([{tid}], Setting("deadline", 50000, 100000))\'',
-        check=False,
-    )
+    with rt_throttling_on(host):
+        probe = host[0].ssh(
+            "/opt/hvbench-agent/bin/python -c 'from hvbench_agent.sched import linux, Setting; "
+            f'linux.apply_deadline([{tid}], Setting("deadline", 50000, 100000))\'',
+            check=False,
+        )
     assert probe.returncode != 0 and "(EPERM)" in probe.stderr, probe.stderr
 
 
 def test_a_setting_the_host_cannot_admit_is_refused_and_changes_nothing(host):
-    code, out, _ = vcpu_sched(host, "apply", sched="deadline", budget=100000)
+    with rt_throttling_on(host):
+        code, out, _ = vcpu_sched(host, "apply", sched="deadline", budget=100000)
     assert code != 0
     assert "admission control would refuse SCHED=deadline" in out
     code, out, readbacks = vcpu_sched(host, "read")
@@ -512,6 +561,10 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     host_checks = {c["check"]: c["status"] for c in next(iter(ready["checks"].values()))}
     assert host_checks["irqbalance"] == "pass" and "governor" in host_checks
     assert any(f.get("kvm") for f in ready["facts"].values())  # QEMU and libvirt versions
+    # the host's real-time profile, read back; this machine, playing the guests, has none
+    profiles = meta["rt_profile"]
+    assert [p["ok"] for p in profiles.values() if p["provisioned"]] == [True], profiles
+    assert host_checks["rt_profile"] == "pass"
     # no power policy asked: the host's as it was, read back; TCG offers no energy counter
     (host_name,) = meta["power"]["readback"]
     assert meta["power"]["requested"] == {}
@@ -729,7 +782,9 @@ def test_make_check_enforces_the_tuning_and_checks_every_machine(host):
     rows = re.findall(r"^(ok  |FAIL|warn|n/a ) (.+?)\s+(\w+)\s+(required|advised) ", out, re.M)
     machines = {machine for _, machine, _, _ in rows}
     assert len(machines) >= 2, out[-3000:]  # the host and its guests
-    assert {check for _, _, check, _ in rows} >= {"tsc", "governor", "cstates", "irqbalance"}
+    assert {check for _, _, check, _ in rows} >= {
+        "tsc", "governor", "cstates", "irqbalance", "rt_profile"
+    }  # fmt: skip
     failed = [check for mark, _, check, _ in rows if mark == "FAIL"]
     assert (proc.returncode != 0) == bool(failed), out[-3000:]  # make exits 2 on a failure
     assert set(failed) <= {"tsc"}, out[-3000:]

@@ -47,8 +47,9 @@ PASS, FAIL, NA = "pass", "fail", "n/a"
 # testbed's hypervisor host), guest (a testbed's VM).
 REQUIRED = {
     "bare": {"tsc"},
-    "host": {"tsc", "governor", "cstates", "irqbalance", "xen_dom0_pinned", "xen_rt_pool"},
-    "guest": {"tsc"},
+    "host": {"tsc", "governor", "cstates", "irqbalance", "xen_dom0_pinned", "xen_rt_pool"}
+    | {"rt_profile"},
+    "guest": {"tsc", "rt_profile"},
 }
 
 
@@ -61,6 +62,7 @@ CHECKS = (
     "smt",
     "irqbalance",
     "isolated_cpus",
+    "rt_profile",
     "xen_dom0_pinned",
     "xen_rt_pool",
     "xen_tsc_mode",
@@ -101,7 +103,7 @@ def evaluate(
 
 
 def _evaluate(facts: dict, role: str, expect: dict) -> list[dict]:
-    checks = [_tsc(facts, role), _clocksource(facts, role)]
+    checks = [_tsc(facts, role), _clocksource(facts, role), _rt_profile(facts, role)]
     if role == "guest":
         return checks
     xen = facts.get("xen")
@@ -121,13 +123,32 @@ def _evaluate(facts: dict, role: str, expect: dict) -> list[dict]:
             "isolated_cpus",
             PASS if facts["isolated"] else FAIL,
             facts["isolated"] or "none",
-            "the measured CPUs isolated (isolcpus=, through host_tuning_kernel_args)",
+            "the measured CPUs isolated (isolcpus=: roles/rt_profile, docs/rt-profile.md)",
             role,
         ),
     ]
     if xen is not None:
         checks += _xen_checks(xen, role, expect)
     return [*checks, _energy(facts, role)]
+
+
+def _rt_profile(facts: dict, role: str) -> dict:
+    """The real-time profile roles/rt_profile provisioned, read back setting by setting
+    (hvbench_agent.rtprofile); n/a where none was provisioned (the bare target, an opt-out)."""
+    found = facts.get("rt_profile") or {"provisioned": False}
+    expected = "every setting of the real-time profile as provisioned (docs/rt-profile.md)"
+    if not found.get("provisioned"):
+        return check("rt_profile", NA, "not provisioned here (rt_profile_enabled)", expected, role)
+    settings = found["settings"]
+    wrong = [f"{name} {s['have']!r} (want {s['want']!r})" for name, s in settings.items()
+             if s["ok"] is False]  # fmt: skip
+    if wrong:
+        return check("rt_profile", FAIL, "; ".join(wrong), expected, role)
+    isolated = ",".join(str(c) for c in found["isolated"]) or "none"
+    summary = (
+        f"{sum(s['ok'] is True for s in settings.values())} settings; isolated CPUs {isolated}"
+    )
+    return check("rt_profile", PASS, summary, expected, role)
 
 
 def _energy(facts: dict, role: str) -> dict:

@@ -93,6 +93,13 @@ def check_readiness(results: dict, facts: dict, args: argparse.Namespace) -> dic
     return {**doc, "facts": facts}
 
 
+def rt_profiles(readiness_doc: dict) -> dict:
+    """Each machine's real-time profile as read back before the run (hvbench_agent.rtprofile;
+    {"provisioned": false} where none was provisioned)."""
+    facts = readiness_doc.get("facts") or {}
+    return {name: found.get("rt_profile") for name, found in facts.items()}
+
+
 class BareTarget:
     """Every part on this machine; the setting goes to the job's JVM threads."""
 
@@ -161,6 +168,7 @@ class BareTarget:
                 )
             },
             "readiness": self.readiness,
+            "rt_profile": rt_profiles(self.readiness),
         }
 
     def calibrate(self, parts: Parts) -> tuple[tsc_timer.Calibration, dict]:
@@ -431,6 +439,7 @@ class TestbedTarget:
             "hypervisor": self.hypervisor(),
             "guests": self.guests(),
             "readiness": self.readiness,
+            "rt_profile": rt_profiles(self.readiness),
             "placement": {
                 "kafka, producers, consumer": self.messaging.name,
                 **self.pair_placement(),

@@ -16,6 +16,7 @@
     hvbench-agent energy [--period-s S]      (until standard input closes; `mark NAME` lines)
     hvbench-agent power check|apply|read|restore [--governor G] [--max-cstate N] [--turbo on|off]
                   (restore: apply's `before`, as JSON on standard input)
+    hvbench-agent rt-profile apply|read     (the profile roles/rt_profile provisioned here)
 
 Output is JSON on standard output. A refused setting or action exits 2 with the reason on
 standard error; nothing was left changed.
@@ -79,6 +80,8 @@ def parser() -> argparse.ArgumentParser:
     power.add_argument("--governor")
     power.add_argument("--max-cstate", type=int)
     power.add_argument("--turbo")
+    profile = sub.add_parser("rt-profile", help="the real-time profile: apply it, read it back")
+    profile.add_argument("verb", choices=("apply", "read"))
     return p
 
 
@@ -104,6 +107,17 @@ def power_command(args: argparse.Namespace) -> dict:
     if args.verb == "restore":
         host.restore(json.load(sys.stdin))
     return {"readback": host.read()}
+
+
+def rt_profile_command(args: argparse.Namespace) -> dict:
+    from . import rtprofile
+
+    config = rtprofile.load_config()
+    if args.verb == "read":
+        return rtprofile.read(config)
+    if config is None:
+        raise Refused(f"no real-time profile provisioned here ({rtprofile.CONFIG} is absent)")
+    return rtprofile.apply(config)
 
 
 def domains_command(args: argparse.Namespace) -> dict:
@@ -209,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             return energy.run(args.period_s)
         elif args.command == "power":
             out = power_command(args)
+        elif args.command == "rt-profile":
+            out = rt_profile_command(args)
         else:
             out = facts.collect(args.sections, args.model)
     except Refused as e:

@@ -19,7 +19,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from . import energy
+from . import energy, rtprofile
 from .sched.xen import parse_colon_list, parse_table
 
 CPU = Path("/sys/devices/system/cpu")
@@ -71,6 +71,7 @@ def collect_readiness() -> dict:
         "xen": _xen() if Path("/proc/xen/capabilities").exists() else None,
         "kvm": _kvm() if shutil.which("virsh") else None,
         "energy": energy.offered(),
+        "rt_profile": rtprofile.read(),
     }
     return facts
 
