@@ -76,7 +76,7 @@ def test_a_host_gets_every_setting_and_reads_it_back(tmp_path, monkeypatch):
     again = rtprofile.apply(config, root, state)
     assert again["ok"] and again["changed"] == []  # a second apply changes nothing
     assert again["settings"]["isolcpus"] == {"want": "2,3", "have": "2,3", "ok": True}
-    assert again["settings"]["systemd_cpus"]["ok"]
+    assert again["settings"]["systemd_cpus"] == {"want": "0,1", "have": "0,1", "ok": None}
 
 
 def test_without_the_kernels_isolation_the_boot_settings_fail_or_are_not_asked(tmp_path):
