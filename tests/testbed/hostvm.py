@@ -29,6 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 SUITE = "bookworm"
+# GRUB, as on an installed host (see build_image), and dbus: a role reboots the host, and
+# systemd's shutdown asks logind over D-Bus.
+GRUB_PACKAGES = ["grub2-common", "grub-pc-bin", "dbus"]
 # What a fresh Debian host has, plus what the kvm_host role would install (see above).
 BASE_PACKAGES = [
     "linux-image-amd64",
@@ -53,22 +56,31 @@ ROLE_PACKAGES = [
     "e2fsprogs",
     "cpufrequtils",
     "ipmitool",  # host_tuning: the energy meter's BMC source
+    *GRUB_PACKAGES,
 ]
 # What the guest roles (kafka, flink, producers) install with apt: in the tests the host VM
 # itself runs the workload (see test_provision_kvm.py).
 GUEST_ROLE_PACKAGES = ["openjdk-17-jre-headless", "python3-venv", "libpython3.11"]
 # What the xen_host, guests (Xen) and hvbench_agent roles install with apt (python3-venv, for the
-# agent; the KVM host has it for the guest roles above), and GRUB: the Xen host boots through
-# its own GRUB configuration (see build_image). dbus, as on any installed host: the role reboots
-# it, and systemd's shutdown asks logind over D-Bus.
+# agent; the KVM host has it for the guest roles above), GRUB and dbus, as on the KVM host.
 XEN_PACKAGES = [
     *("xen-system-amd64", "xen-tools", "dnsmasq-base", "iptables", "qemu-utils"),
-    *("grub2-common", "grub-pc-bin", "dbus", "python3-venv", "ipmitool"),
+    *GRUB_PACKAGES,
+    "python3-venv",
+    "ipmitool",
 ]
 IMAGE_SIZE = "12G"  # sparse: the host keeps guest images too
 LAYOUT = 1  # bump when the way the image is made changes
 # GRUB's own modules, in the core image that QEMU loads; the rest come from /boot/grub.
 GRUB_CORE_MODULES = ["biosdisk", "ext2", "part_msdos", "part_gpt", "normal", "configfile"]
+# The KVM host's kernel arguments, in its image's GRUB configuration (GRUB_CMDLINE_LINUX), so
+# that they stay when a role runs update-grub.
+# npt=0: with nested paging, the first nested guest panicked this host's kernel (stack guard
+# page hit in the vCPU thread) under TCG's emulated SVM.
+# vgif=0: twice the host hung with its vCPUs spinning in KVM's interrupt delivery soon after its
+# nested guests started; without virtual GIF, KVM gates interrupts with plain CLGI/STGI, the
+# older path of TCG's SVM.
+KVM_HOST_LINUX_ARGS = "net.ifnames=1 kvm_amd.npt=0 kvm_amd.vgif=0 sysrq_always_enabled=1"
 
 
 HOLD_STATIC_KEYS_UNIT = """\
@@ -132,10 +144,11 @@ class HostVMError(RuntimeError):
     pass
 
 
-def image_key(pubkey: str, packages: list[str], grub: bool) -> str:
+def image_key(pubkey: str, packages: list[str], linux_args: str) -> str:
     recipe = {"suite": SUITE, "packages": sorted(packages), "pubkey": pubkey, "layout": LAYOUT}
-    if grub:
-        recipe["grub"] = GRUB_CORE_MODULES
+    recipe["grub"] = GRUB_CORE_MODULES
+    if linux_args:
+        recipe["linux_args"] = linux_args
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -160,19 +173,20 @@ def agent_wheel() -> None:
     subprocess.run(["make", "-s", "agent-wheel"], cwd=REPO, check=True, timeout=600)
 
 
-def build_image(cache: Path, packages: list[str] | None = None, grub: bool = False) -> Path:
-    """The host image directory (disk, kernel, initrd), built once per content key.
+def build_image(cache: Path, packages: list[str] | None = None, linux_args: str = "") -> Path:
+    """The host image directory (disk and GRUB's loader), built once per content key.
 
-    With grub, the image also boots through GRUB, as a real host does, so that a role can change
-    GRUB's configuration and reboot: QEMU loads GRUB's core image (grub.lnx: lnxboot.img and a
-    core.img made from the image's own GRUB), which reads /boot/grub/grub.cfg from the disk. The
-    image has no partition table and no boot sector; everything after that is the host's own
-    GRUB. Until update-grub runs on the host, grub.cfg boots the image's kernel.
+    The image boots through GRUB, as a real host does, so that a role can change GRUB's
+    configuration and reboot: QEMU loads GRUB's core image (grub.lnx: lnxboot.img and a core.img
+    made from the image's own GRUB), which reads /boot/grub/grub.cfg from the disk. The image
+    has no partition table and no boot sector; everything after that is the host's own GRUB.
+    Until update-grub runs on the host, grub.cfg boots the image's kernel. linux_args go on
+    Linux's command line, in the first grub.cfg and in /etc/default/grub alike.
     """
     packages = packages or BASE_PACKAGES + ROLE_PACKAGES + GUEST_ROLE_PACKAGES
     key = ssh_key(cache)
     pubkey = key.with_suffix(".pub").read_text().strip()
-    out = cache / f"host-{image_key(pubkey, packages, grub)}"
+    out = cache / f"host-{image_key(pubkey, packages, linux_args)}"
     if (out / "done").exists():
         return out
     shutil.rmtree(out, ignore_errors=True)
@@ -197,11 +211,7 @@ def build_image(cache: Path, packages: list[str] | None = None, grub: bool = Fal
             str(root),
         ]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        boot = root / "boot"
-        shutil.copy(next(boot.glob("vmlinuz-*")), out / "vmlinuz")
-        shutil.copy(next(boot.glob("initrd.img-*")), out / "initrd.img")
-        if grub:
-            _install_grub(root, out / "grub.lnx")
+        _install_grub(root, out / "grub.lnx", " ".join(["console=ttyS0", linux_args]).strip())
         subprocess.run(
             ["mke2fs", "-q", "-t", "ext4", "-d", str(root), str(out / "disk.raw"), IMAGE_SIZE],
             check=True,
@@ -210,7 +220,7 @@ def build_image(cache: Path, packages: list[str] | None = None, grub: bool = Fal
     return out
 
 
-def _install_grub(root: Path, loader: Path) -> None:
+def _install_grub(root: Path, loader: Path, linux_args: str) -> None:
     """What grub-install would put in /boot/grub, a first grub.cfg, and the loader for QEMU."""
     grub = root / "boot" / "grub"
     shutil.copytree(root / "usr/lib/grub/i386-pc", grub / "i386-pc")
@@ -219,7 +229,7 @@ def _install_grub(root: Path, loader: Path) -> None:
     (grub / "grub.cfg").write_text(
         "set timeout=0\n"
         "menuentry 'Debian (image)' {\n"
-        f"\tlinux /boot/{kernel} root=/dev/vda rw console=ttyS0\n"
+        f"\tlinux /boot/{kernel} root=/dev/vda rw {linux_args}\n"
         f"\tinitrd /boot/{initrd}\n"
         "}\n"
     )
@@ -229,7 +239,7 @@ def _install_grub(root: Path, loader: Path) -> None:
     if not defaults.exists():
         shutil.copy(root / "usr/share/grub/default/grub", defaults)
     text = defaults.read_text()
-    for name, value in (("GRUB_TIMEOUT", "0"), ("GRUB_CMDLINE_LINUX", '"console=ttyS0"')):
+    for name, value in (("GRUB_TIMEOUT", "0"), ("GRUB_CMDLINE_LINUX", f'"{linux_args}"')):
         text = re.sub(rf"(?m)^{name}=.*$", f"{name}={value}", text)
     defaults.write_text(text + "GRUB_TERMINAL=console\n")
     subprocess.run(
@@ -394,22 +404,7 @@ class HostVM:
             time.sleep(every)
 
     def _boot_args(self) -> list[str]:
-        if (self.image / "grub.lnx").exists():
-            return ["-kernel", str(self.image / "grub.lnx")]  # GRUB reads the disk's grub.cfg
-        return [
-            "-kernel",
-            str(self.image / "vmlinuz"),
-            "-initrd",
-            str(self.image / "initrd.img"),
-            # npt=0: with nested paging, the first nested guest panicked this host's kernel
-            # (stack guard page hit in the vCPU thread) under TCG's emulated SVM.
-            # vgif=0: twice the host hung with its vCPUs spinning in KVM's interrupt delivery
-            # soon after its nested guests started; without virtual GIF, KVM gates interrupts
-            # with plain CLGI/STGI, the older path of TCG's SVM.
-            "-append",
-            "root=/dev/vda rw console=ttyS0 net.ifnames=1 kvm_amd.npt=0 kvm_amd.vgif=0 "
-            "sysrq_always_enabled=1",
-        ]
+        return ["-kernel", str(self.image / "grub.lnx")]  # GRUB reads the disk's grub.cfg
 
     def _wait_for_ssh(self, timeout: float) -> None:
         assert self.process is not None

@@ -20,7 +20,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from hostvm import ControllerSSH, HostVM, agent_wheel, build_image, run_playbook
+from hostvm import (
+    KVM_HOST_LINUX_ARGS,
+    ControllerSSH,
+    HostVM,
+    agent_wheel,
+    build_image,
+    run_playbook,
+)
 from hvbench_analysis import sched_trace
 from hvbench_analysis.results import BASELINE
 from hvbench_harness import hosttrace, run
@@ -77,9 +84,6 @@ def small_testbed_vars(key: Path, bundle: Path | None = None) -> dict:
         # (hvbench_guests is the inventory's: with_workload)
         # The host VM's emulated CPU under TCG: nested guests keep QEMU's default model.
         "guests_kvm_cpu_mode": "",
-        # The host VM boots its kernel directly (no GRUB): the real-time profile's run-time
-        # part alone (roles/rt_profile; the Xen host reboots through GRUB)
-        "rt_profile_boot": False,
     }
 
 
@@ -97,8 +101,11 @@ def with_workload(inventory: Path, controller: ControllerSSH) -> None:
     dirs = {"hvbench_install_dir": str(install_dir), "hvbench_run_dir": str(run_dir)}
     # the guests and the neighbour VM are the inventory's, as on a lab host: make run and make
     # sched read them from there (a playbook's -e is seen by that playbook only)
+    # The real-time profile's run-time part alone until the module's last test, which reboots
+    # the host into its kernel command line (rt_profile_boot): the deadline tests need CPUs 2
+    # and 3 in the scheduler's domains. In the inventory, so that make check ENFORCE=1 sees it.
     doc["kvm_hosts"]["hosts"]["testhost"].update(
-        dirs, hvbench_guests=guests(), hvbench_neighbours=NEIGHBOURS
+        dirs, hvbench_guests=guests(), hvbench_neighbours=NEIGHBOURS, rt_profile_boot=False
     )
     # this machine plays the guests: its own kernel settings are left alone (the guests'
     # real-time profile would turn RT throttling, and with it deadline admission, off here)
@@ -149,7 +156,7 @@ def guest_bundle(out: Path, model: Path, data: Path) -> Path:
 @pytest.fixture(scope="module")
 def host(tmp_path_factory, small_model, small_data):
     agent_wheel()
-    image = build_image(CACHE)
+    image = build_image(CACHE, linux_args=KVM_HOST_LINUX_ARGS)
     work = tmp_path_factory.mktemp("hostvm")
     bundle = guest_bundle(work, small_model, small_data[0])
     vm = HostVM(image, work, cpus=4)
@@ -848,3 +855,33 @@ def test_teardown_leaves_the_host_clean(host):
     # systemd removes machine.slice once no guest is left; if it is still there it is a member
     partition = "cat /sys/fs/cgroup/machine.slice/cpuset.cpus.partition 2>/dev/null || echo gone"
     assert on_host(host, partition).strip() in ("member", "gone")
+
+
+def test_the_profile_reboots_the_host_into_its_kernel_isolation_and_reads_it_back(host):
+    """rt_profile_boot on the host, which boots through GRUB: make check ENFORCE=1's playbook
+    (--tags tuning) writes isolcpus, nohz_full, rcu_nocbs and irqaffinity to a GRUB drop-in,
+    runs update-grub and reboots; the kernel's own files and the agent's readback show CPUs 2
+    and 3 isolated, and a second run changes nothing. Last in the module: the deadline tests
+    above need those CPUs in the scheduler's domains, and no guest is left to restart."""
+    boot_id = "cat /proc/sys/kernel/random/boot_id"
+    before = on_host(host, boot_id)
+    enforce = ("--tags", "tuning", "-e", json.dumps({"rt_profile_boot": True}))
+    code, out, counts = playbook(host, "provision.yml", *enforce)
+    assert code == 0 and counts["changed"] > 0, out[-6000:]
+    assert on_host(host, boot_id) != before, out[-6000:]  # it rebooted
+    cmdline = on_host(host, "cat /proc/cmdline").split()
+    for arg in ("isolcpus=managed_irq,domain,2,3", "nohz_full=2,3", "rcu_nocbs=2,3"):
+        assert arg in cmdline, cmdline
+    assert "irqaffinity=0,1" in cmdline and "kvm_amd.npt=0" in cmdline, cmdline  # image's kept
+    kernel = on_host(
+        host, "cat /sys/devices/system/cpu/isolated /sys/devices/system/cpu/nohz_full"
+    ).split()
+    assert kernel == ["2-3", "2-3"], kernel
+    profile = json.loads(on_host(host, "hvbench-agent rt-profile read"))
+    (host[1].parent / "rt-profile-kvm-boot.json").write_text(json.dumps(profile, indent=1))
+    assert profile["ok"] and profile["boot"], profile
+    for name in ("isolcpus", "nohz_full", "rcu_nocbs"):
+        assert profile["settings"][name] == {"want": "2,3", "have": "2,3", "ok": True}, profile
+    # applied at boot by its unit: the role's own apply finds nothing left to change
+    code, out, counts = playbook(host, "provision.yml", *enforce)
+    assert code == 0 and counts["changed"] == 0, out[-6000:]

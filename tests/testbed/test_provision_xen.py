@@ -106,7 +106,7 @@ def prebuilt() -> Path:
 @pytest.fixture(scope="module")
 def host(tmp_path_factory, prebuilt):
     agent_wheel()
-    image = build_image(CACHE, BASE_PACKAGES + XEN_PACKAGES, grub=True)
+    image = build_image(CACHE, BASE_PACKAGES + XEN_PACKAGES)
     work = tmp_path_factory.mktemp("xenhost")
     vm = HostVM(image, work, cpus=4, cpu="max,-xsaves,-xsavec")
     vm.start()

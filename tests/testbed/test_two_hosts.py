@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hostvm import ControllerSSH, HostVM, agent_wheel, build_image, free_port, run_playbook
+from hostvm import (
+    KVM_HOST_LINUX_ARGS,
+    ControllerSSH,
+    HostVM,
+    agent_wheel,
+    build_image,
+    free_port,
+    run_playbook,
+)
 from test_provision_kvm import CACHE, guest_bundle, small_testbed_vars, workload_dirs_of
 
 pytestmark = [pytest.mark.testbed, pytest.mark.two_hosts]
@@ -57,12 +65,16 @@ def inventory(path: Path, vms: dict[str, HostVM], controller: ControllerSSH) -> 
             "guests_network_prefix": prefix,
             "hvbench_guests": guests,
             "hvbench_neighbours": {"count": 0},
+            "rt_profile_boot": False,  # the real-time profile's run-time part (as on KVM's)
         }
     install_dir, run_dir = workload_dirs_of(path / "hosts.yml")
     dirs = {"hvbench_install_dir": str(install_dir), "hvbench_run_dir": str(run_dir)}
     for host in hosts.values():
         host.update(dirs)
-    here = controller.inventory_host(hvbench_private_address="127.0.0.1", **dirs)
+    # this machine plays the guests and keeps its own kernel settings (as in the KVM module)
+    here = controller.inventory_host(
+        hvbench_private_address="127.0.0.1", rt_profile_enabled=False, **dirs
+    )
     doc = {
         "kvm_hosts": {"hosts": hosts},
         "messaging_vms": {"hosts": {"controller": here}},
@@ -76,7 +88,7 @@ def inventory(path: Path, vms: dict[str, HostVM], controller: ControllerSSH) -> 
 def testbed(tmp_path_factory, small_model, small_data):
     """Both host VMs booted, linked and provisioned in one `make provision` (one playbook run)."""
     agent_wheel()
-    image = build_image(CACHE)
+    image = build_image(CACHE, linux_args=KVM_HOST_LINUX_ARGS)
     work = tmp_path_factory.mktemp("two-hosts")
     bundle = guest_bundle(work, small_model, small_data[0])
     ports = (free_port(), free_port())
