@@ -662,6 +662,8 @@ def run_playbook(
         "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_TIMEOUT": "60",  # the host is slow to answer while its guests boot
+        # each task's time, in the output and at its end: where a slow test spends its minutes
+        "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
     }
     proc = subprocess.run(
         ["ansible-playbook", "-i", str(inventory), "-e", f"@{extra}", *extra_args,
@@ -679,4 +681,6 @@ def run_playbook(
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
         out += "\n--- host console ---\n" + vm.console_tail()
+    runs = sorted(vm.work.glob("playbook-*.log"))
+    (vm.work / f"playbook-{len(runs) + 1:02d}-{name.removesuffix('.yml')}.log").write_text(out)
     return proc.returncode, out, {k: int(v) for k, v in counts.items()}
