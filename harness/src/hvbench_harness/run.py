@@ -242,7 +242,9 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     meta_doc = begin_meta(args, run_id, setting, target)
     status = meta_doc["status"]
-    signal.signal(signal.SIGTERM, on_signal)
+    interrupt = Interrupt()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupt)
     parts = Parts(work)
     error = None
     try:
@@ -250,12 +252,16 @@ def run(args: argparse.Namespace) -> int:
             measure(args, setting, target, parts, meta_doc)
         status["state"] = "completed"
     except KeyboardInterrupt:
-        status.update(state="interrupted", reason=f"interrupted while {status['phase']}")
-        log(f"run interrupted while {status['phase']}: tearing down")
-    except RUN_ENDING as e:
-        status.update(state="failed", reason=str(e))
-        log(f"run failed while {status['phase']}: {str(e).splitlines()[0]}; tearing down")
-        error = e
+        mark_interrupted(status)
+    except Exception as e:
+        if interrupt.taken:  # the interrupt, turned into an error by the C code it landed in
+            mark_interrupted(status)
+        elif isinstance(e, RUN_ENDING):
+            status.update(state="failed", reason=str(e))
+            log(f"run failed while {status['phase']}: {str(e).splitlines()[0]}; tearing down")
+            error = e
+        else:
+            raise
     finally:
         log("torn down: " + (", ".join(parts.stopped) or "nothing was left running"))
     if status["phase"] not in SENDING_PHASES and status["state"] != "completed":
@@ -382,8 +388,23 @@ def begin_meta(args: argparse.Namespace, run_id: str, setting: Setting, target: 
     }
 
 
-def on_signal(signum, _frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+class Interrupt:
+    """The run's SIGINT and SIGTERM handler: KeyboardInterrupt wherever the run is, and the
+    signal remembered. A C extension the exception lands in can replace it with an error of
+    its own (the Kafka client's subscribe turned one into "TypeError: expected list of unicode
+    strings"); the run is still an interrupted one."""
+
+    def __init__(self) -> None:
+        self.taken: str | None = None
+
+    def __call__(self, signum, _frame) -> None:
+        self.taken = signal.Signals(signum).name
+        raise KeyboardInterrupt(self.taken)
+
+
+def mark_interrupted(status: dict) -> None:
+    status.update(state="interrupted", reason=f"interrupted while {status['phase']}")
+    log(f"run interrupted while {status['phase']}: tearing down")
 
 
 def start_job(target: Target, parts: Parts, bootstrap: str) -> subprocess.Popen:
