@@ -662,8 +662,11 @@ def run_playbook(
         "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_TIMEOUT": "60",  # the host is slow to answer while its guests boot
-        # each task's time, in the output and at its end: where a slow test spends its minutes
+        # the slowest tasks' times at the output's end: where a slow test spends its minutes
+        # (the summary only: the tests read the output above it)
         "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+        "PROFILE_TASKS_SUMMARY_ONLY": "true",
+        "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "30",
     }
     proc = subprocess.run(
         ["ansible-playbook", "-i", str(inventory), "-e", f"@{extra}", *extra_args,
