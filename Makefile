@@ -109,9 +109,9 @@ $(STAMP): requirements.txt constraints.txt flink-job/pyproject.toml tsc_timer/py
 	@command -v gcc >/dev/null && $(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
 		|| { apt-get update -q && apt-get install -y -q gcc python3-dev; }
 	$(PYTHON) -m venv $(VENV)
-	@# --no-compile: pip would byte-compile all 28,000 installed files, most never imported;
-	@# Python compiles what it imports, once
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-compile -r requirements.txt -c constraints.txt
+	@# pip byte-compiles what it installs (keep it: where PYTHONDONTWRITEBYTECODE is set, as on
+	@# the CI machine, every process would compile each module it imports again)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e hostagent -e flink-job -e tsc_timer -e producers -e harness -e analysis
 	@touch $@
 
@@ -314,11 +314,10 @@ testbed-tools:
 # Test tiers (docs/testing.md). make test: lint, unit and the real Kafka + Flink integration,
 # within 10 minutes on 2 cores. make test-testbed: QEMU guests play the bare-metal host and
 # are provisioned for real (KVM, and Xen under TCG). .ci/run runs both.
-# The unit tests run on both cores (pytest-xdist: mostly model fits and report figures; a worker
-# that is done takes tests from the other); the real Kafka + Flink integration then runs alone,
-# one broker and one job at a time.
+# The unit tests run on both cores (pytest-xdist: mostly model fits and report figures); the
+# real Kafka + Flink integration then runs alone, one broker and one job at a time.
 test: lint kafka flink-connector browser rt-tools iptables ## lint, unit tests and the real Kafka + Flink integration (under 10 min)
-	$(PY) -m pytest -q -n 2 --dist worksteal -m "not testbed and not slow and not integration" --durations=10
+	$(PY) -m pytest -q -n 2 -m "not testbed and not slow and not integration" --durations=10
 	$(PY) -m pytest -q -m "integration and not testbed and not slow" --durations=15
 
 # The KVM and the Xen module run side by side (one pytest worker each): a Xen host under TCG
