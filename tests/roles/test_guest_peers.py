@@ -108,7 +108,10 @@ def seen_by(server_ns: str, address: str, client_ns: str) -> str:
 
 
 def rules(host: str) -> str:
-    return ns(host, "iptables-save").stdout + ns(host, "ip", "route").stdout
+    """The host's firewall and routes, without iptables-save's timestamped comment lines."""
+    saved = ns(host, "iptables-save").stdout.splitlines(keepends=True)
+    kept = "".join(line for line in saved if not line.startswith("#"))
+    return kept + ns(host, "ip", "route").stdout
 
 
 def test_guests_reach_the_other_hosts_guests_unchanged_and_the_rest_through_nat(
