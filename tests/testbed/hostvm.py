@@ -81,6 +81,15 @@ GRUB_CORE_MODULES = ["biosdisk", "ext2", "part_msdos", "part_gpt", "normal", "co
 # nested guests started; without virtual GIF, KVM gates interrupts with plain CLGI/STGI, the
 # older path of TCG's SVM.
 KVM_HOST_LINUX_ARGS = "net.ifnames=1 kvm_amd.npt=0 kvm_amd.vgif=0 sysrq_always_enabled=1"
+# The test hosts' guests boot under emulation (nested KVM with shadow paging, or Xen under TCG):
+# a boot took 16 minutes in a CI run here, and systemd's 90 s start timeouts then failed
+# journald, udevd and networkd, which left a guest without its network. Guests on hardware boot
+# in seconds and keep systemd's defaults.
+SLOW_GUEST_KERNEL_ARGS = [
+    "systemd.default_timeout_start_sec=1800",
+    "systemd.service_watchdogs=0",  # journald's 3 min watchdog
+    "udev.event_timeout=1800",
+]
 
 
 HOLD_STATIC_KEYS_UNIT = """\

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from hostvm import (
     KVM_HOST_LINUX_ARGS,
+    SLOW_GUEST_KERNEL_ARGS,
     ControllerSSH,
     HostVM,
     agent_wheel,
@@ -86,7 +87,7 @@ def small_testbed_vars(key: Path, bundle: Path | None = None) -> dict:
         "guests_kvm_cpu_mode": "",
         # Each byte a nested guest writes to its serial console is an exit emulated under TCG:
         # its boot log (40 kB) cost each guest about 15 s of boot.
-        "guests_kernel_args": ["quiet"],
+        "guests_kernel_args": ["quiet", *SLOW_GUEST_KERNEL_ARGS],
     }
 
 

@@ -34,6 +34,7 @@ import yaml
 from hostvm import (
     BASE_PACKAGES,
     REPO,
+    SLOW_GUEST_KERNEL_ARGS,
     XEN_PACKAGES,
     HostVM,
     agent_wheel,
@@ -88,6 +89,8 @@ def xen_vars(prebuilt: Path, key: Path) -> dict:
         # PV guests under TCG crash now and then (the module's docstring); Xen restarts them and
         # their console logs keep the crash, which test_the_guests_boot_and_take_their_key shows
         "guests_xen_on_crash": "restart",
+        # their boot log stays (a crash in userspace is logged below quiet's level)
+        "guests_kernel_args": SLOW_GUEST_KERNEL_ARGS,
     }
 
 
