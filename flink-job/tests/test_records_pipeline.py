@@ -42,7 +42,7 @@ def test_a_valid_record_round_trips():
     [
         ("not json", "not JSON"),
         ("[1, 2]", "not a JSON object"),
-        (b"\xff\xfe", "not JSON"),
+        (b"\xff\xfe", "not UTF-8"),
         (with_changes(flows=None), "missing field(s): flows"),
         (with_changes(seq=None, sent_ns=None), "missing field(s): seq, sent_ns"),
         (with_changes(flows=[1.0] * 11), "must hold 12 values, got 11"),

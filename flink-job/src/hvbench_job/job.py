@@ -72,7 +72,10 @@ def job_settings(
       keeps the routing state in one place; on a cluster, one task per TaskManager, each
       reading the input partitions of its own detectors (the producers key by detector);
     - checkpoints are AT_LEAST_ONCE and sparse: an exactly-once sink would hold output back
-      until the checkpoint completes.
+      until the checkpoint completes;
+    - object reuse: the source hands each message's bytes to the chained operator as they are.
+      Without it Flink copies them on the way, and the copy of a tombstone's null value throws
+      (NullPointerException) and ends the job; with it the operator gets None and dead-letters it.
     """
     return {
         "python.execution-mode": "thread",
@@ -83,6 +86,7 @@ def job_settings(
         "execution.buffer-timeout.interval": "0 ms",
         "parallelism.default": str(parallelism),
         "pipeline.operator-chaining.enabled": "true",
+        "pipeline.object-reuse": "true",
         "execution.checkpointing.interval": f"{checkpoint_interval_ms} ms",
         "execution.checkpointing.mode": "AT_LEAST_ONCE",
         "pipeline.name": "hvbench",
@@ -183,7 +187,7 @@ class ForecastAndRoute(ProcessFunction):
         # collector's reach: its full collections then walk only what records create.
         gc.freeze()
 
-    def process_element(self, value: str, ctx: ProcessFunction.Context):
+    def process_element(self, value: bytes | None, ctx: ProcessFunction.Context):
         outcome = self.pipeline.process_message(value)
         for letter in outcome.dead_letters:
             self.dead_letters.write(letter)
@@ -313,7 +317,7 @@ def kafka_sink(bootstrap: str, topic: str) -> KafkaSink:
 
 
 def kafka_source(bootstrap: str, topic: str, group: str) -> KafkaSource:
-    return (
+    builder = (
         KafkaSource.builder()
         .set_bootstrap_servers(bootstrap)
         .set_topics(topic)
@@ -322,10 +326,27 @@ def kafka_source(bootstrap: str, topic: str, group: str) -> KafkaSource:
         .set_starting_offsets(
             KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST)
         )
-        .set_value_only_deserializer(SimpleStringSchema())
         .set_properties(SOURCE_PROPERTIES)
-        .build()
     )
+    builder._j_builder.setDeserializer(raw_values())  # PyFlink has no setter for this one
+    return builder.build()
+
+
+# The connector's shaded copy of Kafka's deserializer that hands a value over as it is.
+BYTES_DESERIALIZER = (
+    "org.apache.flink.kafka.shaded.org.apache.kafka.common.serialization.ByteArrayDeserializer"
+)
+
+
+def raw_values():
+    """The source's deserializer: each message's value as bytes, None for a tombstone (a key
+    and a null value), for the operator to check. Flink's SimpleStringSchema throws on a null
+    value, which ends the job, and replaces bytes that are not UTF-8 without a word."""
+    from pyflink.java_gateway import get_gateway
+    from pyflink.util.java_utils import load_java_class
+
+    schemas = get_gateway().jvm.org.apache.flink.connector.kafka.source.reader.deserializer
+    return schemas.KafkaRecordDeserializationSchema.valueOnly(load_java_class(BYTES_DESERIALIZER))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -408,6 +429,8 @@ def main(argv: list[str] | None = None) -> None:
             "connector_jar": jar.name,
             "source_properties": SOURCE_PROPERTIES,
             "sink_properties": SINK_PROPERTIES,
+            "source_values": f"bytes as read ({BYTES_DESERIALIZER.rpartition('.')[2]}), "
+            "None for a tombstone; the operator checks them",
             "sink_delivery_guarantee": "AT_LEAST_ONCE",
             "dead_letters": {"writer": "the operator's own client", "config": DEAD_LETTER_CONFIG},
             "topics": {"input": args.input, "output": args.output, "dead_letter": args.dead_letter},

@@ -11,6 +11,9 @@ free-flowing. A record whose destination cannot be reached is dead-lettered with
 
 A message that carries a group's records (a JSON array, hvbench_job.records) is forecast in
 one batch and answered with one array of outputs; each bad element is a dead letter of its own.
+
+Whatever the message (None for a Kafka tombstone, any bytes, any JSON), process_message gives
+an output or dead letters; it raises only where the job itself is broken (its model, say).
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ from pathlib import Path
 import tsc_timer
 from hvbench_job import networks
 from hvbench_job.forecast.serving import Forecaster
-from hvbench_job.records import InputRecord, RecordError, dead_letter, parse, parse_message
+from hvbench_job.records import (
+    OUTPUT_MAX_BYTES,
+    InputRecord,
+    RecordError,
+    dead_letter,
+    decode,
+    parse,
+    parse_message,
+)
 from hvbench_job.routing.astar import NoRoute
 from hvbench_job.routing.router import Router
 
@@ -88,27 +99,31 @@ class Pipeline:
         output = self._output(record, predicted, expected_speed, route, start, predicted_at, done)
         return Outcome(output=output, detector=record.detector)
 
-    def process_message(self, raw: str | bytes) -> MessageOutcome:
-        """One message: a record (as process()) or an array of records, answered with one
-        array of outputs in the same order."""
-        if raw.lstrip()[:1] not in ("[", b"["):
-            one = self.process(raw)
+    def process_message(self, raw: str | bytes | None) -> MessageOutcome:
+        """One message as the source reads it (bytes; None for a tombstone): a record (as
+        process()) or an array of records, answered with one array of outputs in order."""
+        try:
+            text = decode(raw)
+        except RecordError as e:
+            self.refused += 1
+            return MessageOutcome(dead_letters=[dead_letter(raw, str(e))])
+        if text.lstrip()[:1] != "[":
+            one = self.process(text)
             letters = [one.dead_letter] if one.dead_letter else []
             return MessageOutcome(one.output, letters, one.detector)
         start = tsc_timer.now_ns()
         try:
-            items = parse_message(raw, self.network)
+            items = parse_message(text, self.network)
         except RecordError as e:
             self.refused += 1
-            return MessageOutcome(dead_letters=[dead_letter(raw, str(e), e.key)])
+            return MessageOutcome(dead_letters=[dead_letter(text, str(e), e.key)])
         records = [r for r in items if isinstance(r, InputRecord)]
         predicted = self.forecaster.predict_many([r.flows for r in records])
         predicted_at = tsc_timer.now_ns()
-        outputs, no_route = self._routed(records, predicted)
+        outputs, routed, no_route = self._routed(records, predicted)
         refusals = [e for e in items if isinstance(e, RecordError)] + no_route
-        self.processed += len(outputs)
-        self.refused += len(refusals)
         letters = [dead_letter(e.element, str(e), getattr(e, "key", None)) for e in refusals]
+        self.refused += len(refusals)
         if not outputs:
             return MessageOutcome(dead_letters=letters)
         out_ns = tsc_timer.now_ns()
@@ -116,11 +131,21 @@ class Pipeline:
             # the batch's forecast time is shared by its records; each routes on its own
             fields.update(predict_ns=predicted_at - start, job_in_ns=start, job_out_ns=out_ns)
         answer = json.dumps(outputs, separators=(",", ":"))
+        if len(answer) > OUTPUT_MAX_BYTES:  # ASCII (json.dumps escapes the rest): chars = bytes
+            return MessageOutcome(dead_letters=letters + self._too_large(routed, len(answer)))
+        self.processed += len(outputs)
         return MessageOutcome(answer, letters, outputs[0]["detector"])
 
+    def _too_large(self, records: list[InputRecord], size: int) -> list[str]:
+        """A dead letter for each record of an answer the output topic would refuse."""
+        self.refused += len(records)
+        reason = f"its message's answer would be {size} bytes, more than {OUTPUT_MAX_BYTES}"
+        return [dead_letter(r.to_json(), reason, _key(r)) for r in records]
+
     def _routed(self, records: list[InputRecord], predicted: list[float]):
-        """Each record's output fields, routed in order; and the records with no route."""
-        outputs, no_route = [], []
+        """Each routed record's output fields and the record, in order; and the records with
+        no route."""
+        outputs, routed, no_route = [], [], []
         for record, forecast in zip(records, predicted, strict=True):
             routed_from = tsc_timer.now_ns()
             try:
@@ -133,7 +158,8 @@ class Pipeline:
             fields = self._fields(record, forecast, expected, route)
             fields["route_ns"] = tsc_timer.now_ns() - routed_from
             outputs.append(fields)
-        return outputs, no_route
+            routed.append(record)
+        return outputs, routed, no_route
 
     def _route(self, record: InputRecord):
         if record.destination is None:
@@ -141,8 +167,7 @@ class Pipeline:
         try:
             return self.router.route(record.detector, record.destination)
         except NoRoute as e:
-            e.key = {"run": record.run, "detector": record.detector, "seq": record.seq,
-                     "sent_ns": record.sent_ns}  # fmt: skip
+            e.key = _key(record)
             raise
 
     def _output(
@@ -183,3 +208,9 @@ class Pipeline:
             "route": self.router.path_ids(route),
             "route_cost_s": round(route.cost, 3),
         }
+
+
+def _key(record: InputRecord) -> dict:
+    """A valid record's identity, as its dead letter's `key`."""
+    return {"run": record.run, "detector": record.detector, "seq": record.seq,
+            "sent_ns": record.sent_ns}  # fmt: skip

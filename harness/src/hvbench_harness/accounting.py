@@ -21,12 +21,17 @@ of that pair's machine.
 
 The files are the parts' own, in the run's work directory; any of them may be absent when a
 run failed or was interrupted (a part that never started writes nothing): the counts are then
-those of what was written.
+those of what was written. Reading them never fails on what they hold: a row whose integers
+are not integers in 0 <= value < 2**63 (hvbench_job.records' ranges), a row with the wrong
+number of fields, or a line of dead letters that is not JSON is left out and counted
+(`unreadable_rows`, a problem: a record may be among them).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,6 +42,10 @@ from hvbench_job.dead_letters import LOST_PREFIX
 SENT_COLUMNS = ["detector", "seq", "intended_ns", "sent_ns", "delivered"]
 RECEIVED_COLUMNS = ["detector", "seq", "sent_ns", "received_ns"]
 KEY = ["detector", "seq", "sent_ns"]  # with the run's id, which the consumer checked
+# The parts' integer columns: 64-bit integers, 0 <= value < 2**63 (hvbench_job.records)
+INTEGER_COLUMNS = ("seq", "intended_ns", "sent_ns", "received_ns", "delivered")
+DTYPES = {"detector": "object", **dict.fromkeys(INTEGER_COLUMNS, "int64")}
+DIGITS = re.compile(r"[0-9]{1,19}")  # 2**63 has 19 digits
 
 
 @dataclass
@@ -56,6 +65,7 @@ class Counts:
     foreign_dead_letters: int = 0  # dead letters that are not of the run's records
     contradictions: int = 0  # sent records both received and dead-lettered
     dead_letters_lost: int = 0  # dead letters the job could not write (its log says)
+    unreadable_rows: int = 0  # rows of the parts' files left out: out of range or malformed
 
     @property
     def accounted(self) -> bool:
@@ -75,6 +85,11 @@ class Counts:
             ),
             (self.dead_letters_lost, f"{self.dead_letters_lost} dead letters could not be written"),
             (
+                self.unreadable_rows,
+                f"{self.unreadable_rows} rows of the parts' files could not be read "
+                "(out of range or malformed) and were left out",
+            ),
+            (
                 self.malformed_sent - self.malformed_dead_lettered,
                 f"{self.malformed_sent - self.malformed_dead_lettered} of {self.malformed_sent} "
                 "malformed records did not reach the dead-letter topic",
@@ -88,8 +103,9 @@ class Counts:
             return None
         return (
             f"foreign records in the run's topics (not counted for the run): "
-            f"{self.foreign_results} results of other runs, {self.unexpected} with the run's id "
-            f"but never sent, {self.foreign_dead_letters} dead letters"
+            f"{self.foreign_results} results of other runs (or out of range), "
+            f"{self.unexpected} with the run's id but never sent, "
+            f"{self.foreign_dead_letters} dead letters"
         )
 
     def as_dict(self) -> dict:
@@ -102,24 +118,55 @@ def pair_file(name: str, pair: int) -> str:
     return name if pair == 0 else f"{stem}-{pair}.{suffix}"
 
 
-def read_pairs(work: Path, name: str, columns: list[str], pairs: int) -> pd.DataFrame:
-    """Every pair's `name` (pair_file) as one table, each row with its pair (`client`)."""
-    tables = [read_csv(work / pair_file(name, k), columns).assign(client=k) for k in range(pairs)]
-    return pd.concat(tables, ignore_index=True) if pairs > 1 else tables[0]
+def read_pairs(work: Path, name: str, columns: list[str], pairs: int) -> tuple[pd.DataFrame, int]:
+    """Every pair's `name` (pair_file) as one table, each row with its pair (`client`); and
+    the rows left out (read_csv)."""
+    read = [read_csv(work / pair_file(name, k), columns) for k in range(pairs)]
+    tables = [table.assign(client=k) for k, (table, _) in enumerate(read)]
+    left_out = sum(n for _, n in read)
+    return (pd.concat(tables, ignore_index=True) if pairs > 1 else tables[0]), left_out
 
 
-def read_lines(path: Path) -> list:
+def read_lines(path: Path) -> tuple[list, int]:
+    """The JSON lines of `path`, and how many lines were not JSON (left out)."""
     if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [], 0
+    items, left_out = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        if line.strip():
+            try:
+                items.append(json.loads(line))
+            except (ValueError, RecursionError):
+                left_out += 1
+    return items, left_out
 
 
-def read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
+def read_csv(path: Path, columns: list[str]) -> tuple[pd.DataFrame, int]:
+    """A part's CSV file, its integer columns as int64; and the rows left out (none unless a
+    row does not fit: then read_checked)."""
     if not path.exists() or path.stat().st_size == 0:
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns}).astype(
-            {"detector": "object"}
-        )
-    return pd.read_csv(path, dtype={"detector": "object", "seq": "int64"})
+        empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in columns})
+        return empty.astype({"detector": "object"}), 0
+    try:
+        return pd.read_csv(path, dtype=DTYPES), 0
+    except (ValueError, OverflowError, TypeError):  # a value out of range, not an integer, ...
+        return read_checked(path)
+
+
+def read_checked(path: Path) -> tuple[pd.DataFrame, int]:
+    """The rows of a CSV file whose integer columns hold integers in 0 <= value < 2**63, read
+    as read_csv reads a good file; and how many rows were left out (those, and rows with the
+    wrong number of fields)."""
+    malformed: list[list[str]] = []
+    text = pd.read_csv(
+        path, dtype=str, keep_default_na=False, engine="python", on_bad_lines=malformed.append
+    )
+    fits = pd.Series(True, index=text.index)
+    for column in INTEGER_COLUMNS:
+        if column in text:
+            fits &= text[column].map(lambda v: bool(DIGITS.fullmatch(v)) and int(v) < 2**63)
+    kept = pd.read_csv(io.StringIO(text[fits].to_csv(index=False)), dtype=DTYPES)
+    return kept, int((~fits).sum()) + len(malformed)
 
 
 def lost_dead_letters(job_log: Path) -> int:
@@ -185,10 +232,10 @@ def account(
 ) -> tuple[pd.DataFrame, Counts, list[dict]]:
     """(one row per sent record, counts, dead letters) from the parts' files in `work`, of
     `pairs` client pairs (the first also keeps the dead letters and the injected records)."""
-    sent = read_pairs(work, "sent.csv", SENT_COLUMNS, pairs)
-    received = read_pairs(work, "received.csv", RECEIVED_COLUMNS, pairs)
-    letters = read_lines(work / "dead_letters.jsonl")
-    injected = read_lines(work / "malformed.jsonl")
+    sent, sent_left_out = read_pairs(work, "sent.csv", SENT_COLUMNS, pairs)
+    received, received_left_out = read_pairs(work, "received.csv", RECEIVED_COLUMNS, pairs)
+    letters, letters_left_out = read_lines(work / "dead_letters.jsonl")
+    injected, injected_left_out = read_lines(work / "malformed.jsonl")
     summaries = [read_text(work / pair_file("consumer.json", k)) or "{}" for k in range(pairs)]
     foreign_results = sum(json.loads(text).get("foreign_results", 0) for text in summaries)
     samples = join(sent, received, warmup_ns)
@@ -216,6 +263,7 @@ def account(
         foreign_dead_letters=foreign_letters,
         contradictions=int((got & samples["dead_lettered"]).sum()),
         dead_letters_lost=lost_dead_letters(work / "job.out"),
+        unreadable_rows=sent_left_out + received_left_out + letters_left_out + injected_left_out,
     )
     return samples, counts, letters
 

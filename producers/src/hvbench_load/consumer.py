@@ -1,9 +1,13 @@
 """The consumer: stamps every result on receipt (TSC ns) and keeps every dead letter.
 
 It reads the output and the dead-letter topics, stamps a message the moment poll() returns it,
-and only then parses it. A result is the run's own only if its `run` is the run's id and its
-`detector` and `seq` are a JSON string and integer; others are counted as foreign (never
-matched to a sent record). Dead letters are all kept: the harness attributes them.
+and only then parses it. A result is the run's own only if its `run` is the run's id, its
+`detector` a JSON string, its `seq`, `intended_ns` and `sent_ns` JSON integers in their range
+(0 <= value < 2**63, as hvbench_job.records checks them) and its other stamps, where present,
+too; others are counted as foreign (never matched to a sent record, never written to the
+received file, which holds 64-bit integers only). Dead letters are all kept: the harness
+attributes them; a message on that topic that is not a JSON object is kept as text
+(`not_a_letter`), a foreign dead letter. A null value (a tombstone) is an empty message.
 
 With client pairs (`--clients`, hvbench_job.clients) it reads its own pair's output topic
 only, and waits for its own detectors' share of `--expect`; the first pair's also reads the
@@ -30,6 +34,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError
 from hvbench_job import clients, networks
+from hvbench_job.records import INTEGER_LIMIT
 
 import tsc_timer
 from hvbench_load.producers import per_detector_counts
@@ -51,6 +56,9 @@ CONSUMER_CONFIG = {
 BATCH = 500
 
 FOREIGN_EXAMPLES = 5  # foreign results kept as examples (cut to 300 characters each)
+
+STAMPS = ("intended_ns", "sent_ns")  # a result's, with seq: each a 64-bit integer
+JOB_STAMPS = ("predict_ns", "route_ns", "job_in_ns", "job_out_ns")  # the same, where present
 
 FIELDS = [
     "detector",
@@ -76,23 +84,49 @@ def results_of(value: bytes) -> list[bytes]:
         return [value]
     try:
         elements = json.loads(value)
-    except ValueError:
+        return [json.dumps(e, separators=(",", ":")).encode() for e in elements]
+    except (ValueError, RecursionError):
         return [value]
-    return [json.dumps(e, separators=(",", ":")).encode() for e in elements]
 
 
 def own_key(value: bytes, run_id: str) -> tuple[str, int] | None:
-    """(detector, seq) of a result of this run, compared with strict JSON types; else None."""
+    """(detector, seq) of a result of this run, compared with strict JSON types and ranges
+    (what write() puts in the received file); else None."""
     try:
         record = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict) or record.get("run") != run_id:
         return None
     detector, seq = record.get("detector"), record.get("seq")
-    if isinstance(detector, str) and isinstance(seq, int) and not isinstance(seq, bool):
-        return detector, seq
-    return None
+    integers = [seq, *(record.get(k) for k in STAMPS)]
+    if not isinstance(detector, str) or not all(in_range(v) for v in integers):
+        return None
+    if not all(record.get(k) is None or in_range(record[k]) for k in JOB_STAMPS):
+        return None
+    route = record.get("route", [])
+    if not isinstance(route, list) or not all(isinstance(x, str) for x in route):
+        return None
+    return detector, seq
+
+
+def in_range(value: object) -> bool:
+    """A JSON integer that fits the received file's 64-bit columns."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < INTEGER_LIMIT
+
+
+def letter_line(value: bytes, received: int) -> str:
+    """A message of the dead-letter topic as a line of the letters' file, with its receipt
+    stamp; one that is not a JSON object (another writer's) is kept as text, to be counted as
+    foreign."""
+    try:
+        letter = json.loads(value)
+        if isinstance(letter, dict):
+            return json.dumps({**letter, "received_ns": received})
+    except (ValueError, RecursionError):
+        pass
+    text = value[:300].decode(errors="replace")
+    return json.dumps({"not_a_letter": text, "bytes": len(value), "received_ns": received})
 
 
 class Receiver:
@@ -154,11 +188,10 @@ class Receiver:
                 # e.g. the broker restarting: the client reconnects by itself
                 print(f"consumer: {error}", file=sys.stderr, flush=True)
         elif msg.topic() == self.output_topic:
-            value = msg.value()
-            for result in results_of(value):
+            for result in results_of(msg.value() or b""):  # None: a tombstone
                 self._take_result(result, received)
         else:
-            self.dead_letters.append((received, msg.value()))
+            self.dead_letters.append((received, msg.value() or b""))
 
     def _take_result(self, value: bytes, received: int) -> None:
         key = own_key(value, self.run_id)
@@ -198,9 +231,7 @@ class Receiver:
                 )
         with open(dead_letters_jsonl, "w") as f:
             for received, value in self.dead_letters:
-                letter = json.loads(value)
-                letter["received_ns"] = received
-                f.write(json.dumps(letter) + "\n")
+                f.write(letter_line(value, received) + "\n")
         summary = {"foreign_results": self.foreign, "foreign_examples": self.foreign_examples}
         summary_json.write_text(json.dumps(summary, indent=1) + "\n")
 
