@@ -169,7 +169,8 @@ def test_a_served_broker_reports_itself_and_stops_when_the_tether_closes(tmp_pat
 
 
 def test_a_served_broker_reports_its_restart_and_says_when_it_is_gone_for_good(tmp_path):
-    """What a testbed run reads from the messaging VM's broker: one JSON line per fault."""
+    """What a testbed run reads from the messaging VM's broker: one JSON line when a restart
+    begins, one per fault."""
     proc = tethered(
         *(sys.executable, "-m", "hvbench_load.broker", "--libs", str(LIBS)),
         *("--work", str(tmp_path / "kafka"), "--host", "127.0.0.1", "--topics", "input"),
@@ -188,6 +189,7 @@ def test_a_served_broker_reports_its_restart_and_says_when_it_is_gone_for_good(t
             os.kill(int(pids[0]), 9)
 
         kill_the_jvm()
+        assert json.loads(proc.stdout.readline()) == {"restarting": True}  # said at once
         fault = json.loads(proc.stdout.readline())["fault"]
         assert fault["event"] == "restarted" and fault["exit_code"] == -9
         kill_the_jvm()

@@ -1,16 +1,21 @@
 import os
 import signal
+import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 from hvbench_agent import tether
 from hvbench_load.broker import (
+    HUNG,
     SERVE_STOP_S,
     BrokerError,
     KafkaBroker,
     KafkaCluster,
+    is_stopped,
     new_cluster_id,
 )
 
@@ -155,3 +160,61 @@ def test_a_cluster_that_cannot_hold_its_replicas_is_refused(
 ):
     with pytest.raises(BrokerError, match="min in-sync"):
         KafkaCluster(LIBS, tmp_path, nodes, replication, min_insync)
+
+
+def test_a_stopped_broker_is_hung_continued_killed_restarted_then_given_up(tmp_path):
+    broker = KafkaBroker(LIBS, tmp_path / "kafka")
+    with broker:
+        broker.create_topics(["t"])
+        broker.keep(restarts=1, poll_s=0.2)
+        first = broker.pid()
+        os.kill(first, signal.SIGSTOP)
+        assert wait_for(lambda: broker.faults, 120)
+        [fault] = broker.faults
+        assert fault["event"] == "restarted" and fault["exit_code"] == -signal.SIGKILL
+        assert fault["detail"].startswith(f"{HUNG}: its JVM (pid {first}) is stopped")
+        assert broker.failure is None and broker.pid() not in (None, first)
+        assert not Path(f"/proc/{first}").exists()
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        producer.produce("t", b"after")  # it serves again
+        assert producer.flush(30) == 0
+        # stopped again, with no restart left: killed at once (its clients fail instead of
+        # waiting), the failure says why, and stop() reports the kill
+        second = broker.pid()
+        os.kill(second, signal.SIGSTOP)
+        assert wait_for(lambda: broker.failure, 30)
+        assert broker.failure.startswith(f"{HUNG}: its JVM (pid {second}) is stopped")
+        assert "no restart left (BROKER_RESTARTS=1)" in broker.failure
+        assert broker.stop() == [
+            {"pid": second, "process": "java", "signal": "SIGKILL", "was_stopped": True,
+             "when": "hung"}
+        ]  # fmt: skip
+        assert broker.stop() == []  # reported once
+
+
+def test_a_stopped_broker_is_continued_before_it_is_asked_to_stop(tmp_path):
+    broker = KafkaBroker(LIBS, tmp_path / "kafka")
+    broker.start()
+    pid = broker.pid()
+    os.kill(pid, signal.SIGSTOP)
+    assert wait_for(lambda: is_stopped(pid), 10)  # every thread of the JVM has stopped
+    [ended] = broker.stop(timeout=60)
+    assert ended == {"pid": pid, "process": "java", "signal": "SIGTERM", "was_stopped": True}
+    assert not Path(f"/proc/{pid}").exists()
+
+
+def test_a_broker_that_does_not_answer_a_metadata_request_is_hung(tmp_path):
+    """A listener that takes connections and never answers, as a hung broker does."""
+    broker = KafkaBroker(LIBS, tmp_path / "kafka")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{silent.getsockname()[1]}"})
+        broker.process = subprocess.Popen(["sleep", "60"])  # running, not stopped
+        broker._keeping.set()  # as while it is kept
+        try:
+            assert broker.hung(None, 1.0) is None  # not asked: only the state is read
+            assert broker.hung(admin, 1.0) == "no answer to a metadata request within 1 s"
+        finally:
+            broker.process.kill()
+            broker.process.wait()

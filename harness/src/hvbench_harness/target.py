@@ -23,7 +23,7 @@ from hvbench_agent.sched.linux import LinuxScheduler, threads_of
 from hvbench_agent.trace import SchedTrace
 from hvbench_analysis.results import BASELINE
 from hvbench_job import clients
-from hvbench_load.broker import KafkaBroker, KafkaCluster
+from hvbench_load.broker import HUNG, KafkaBroker, KafkaCluster
 
 import tsc_timer
 from hvbench_harness import readiness, spec
@@ -31,7 +31,17 @@ from hvbench_harness.accounting import pair_file
 from hvbench_harness.cluster import LocalCluster, TestbedCluster
 from hvbench_harness.hosttrace import HostTrace
 from hvbench_harness.neighbours import LocalNoise, TestbedNoise, assign
-from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, tail
+from hvbench_harness.parts import (
+    Parts,
+    Process,
+    RunError,
+    line_queue,
+    log,
+    next_line,
+    running,
+    stopped_part,
+    tail,
+)
 from hvbench_harness.power import EnergyMeter, HostPower
 from hvbench_harness.testbed import HostScheduler, Machine, Testbed, TestbedError, resolve
 
@@ -105,6 +115,7 @@ class BareTarget:
 
     name = "bare"
     ready_timeout_s = 180.0
+    stall_s = 8.0  # no result for this long while sending is a stall (unless STALL_S says)
     job_shares_clock = True  # the job adopts the run's calibration: one clock for every stamp
     job_clocks = 1  # the machines the job's stamps come from
 
@@ -129,6 +140,7 @@ class BareTarget:
         self.readiness: dict = {}
         self.broker: KafkaBroker | KafkaCluster | None = None
         self.jvm_pids: list[int] = []  # the job's JVM, or the TaskManagers' JVMs
+        self.seen: dict[int, tuple[str, Process]] = {}  # the JVMs' and broker's, as watched
         self.trace: SchedTrace | None = None
         self.noise: LocalNoise | None = None
 
@@ -189,7 +201,7 @@ class BareTarget:
             self.broker = self.cluster.start_kafka(parts)
             return {**self.broker.describe(), "restarts_allowed": self.args.broker_restarts}
         self.broker = broker = KafkaBroker(self.args.kafka_libs, Path(self.paths.work) / "kafka")
-        parts.on_teardown(lambda: (broker.stop(), parts.stopped.append("Kafka")))
+        parts.on_teardown(lambda: parts.record("Kafka", broker.stop()))
         broker.start()
         broker.create_topics(topic_names(self.args.clients))
         broker.keep(self.args.broker_restarts)
@@ -294,7 +306,9 @@ class BareTarget:
         return None if self.trace is None else self.trace.result
 
     def part_gone(self, job: subprocess.Popen) -> str | None:
-        """Why the run cannot go on (the job or its JVM exited, Kafka is gone for good)."""
+        """Why the run cannot go on: the job or its JVM exited or is stopped (the job's
+        client, PyFlink's driver, is not on the records' path: see docs/running.md), Kafka is
+        gone or hung for good."""
         work = Path(self.paths.work)
         if job.poll() is not None:
             end = tail(work / "job.out")
@@ -302,11 +316,46 @@ class BareTarget:
         for pid in self.jvm_pids:
             if not Path(f"/proc/{pid}").exists():
                 return f"the Flink job's JVM (pid {pid}) is gone:\n{tail(work / 'job.out')}"
+        self.remember()
+        if why := stopped_part(self.flink_pids()):
+            return why
         if self.cluster is not None and (why := self.cluster.gone()):
             return why
-        if self.broker is not None and self.broker.failure:
-            return f"Kafka is gone: {self.broker.failure}"
+        if self.broker is not None and (why := self.broker.failure):
+            return why if HUNG in why else f"Kafka is gone: {why}"
         return None
+
+    def flink_pids(self) -> dict[str, list[int]]:
+        """The JVMs that handle the records, by name: the job's, or a cluster's."""
+        if self.cluster is None:
+            return {"the Flink job's JVM": self.jvm_pids}
+        jobmanager = self.cluster.jobmanager
+        return {
+            "a Flink TaskManager's JVM": self.jvm_pids,
+            "the Flink JobManager": [jobmanager.pid] if jobmanager else [],
+        }
+
+    def remember(self) -> None:
+        """The JVMs and the broker's processes as they are now, so that the teardown can
+        tell them from a later process that reuses a pid (own_processes)."""
+        pids = {**self.flink_pids(), "Kafka": self.broker.pids() if self.broker else []}
+        for name, found in pids.items():
+            for pid in found:
+                if pid not in self.seen and (process := running(pid)) is not None:
+                    self.seen[pid] = (name, process)
+
+    def own_processes(self) -> dict[str, list[Process]]:
+        """Processes of the run that are not the leaders of the process groups it started
+        (the job's JVM, the broker's): the teardown checks that none is left."""
+        self.remember()
+        found: dict[str, list[Process]] = {}
+        for name, process in self.seen.values():
+            found.setdefault(name, []).append(process)
+        return found
+
+    def broker_restarting(self) -> bool:
+        """Kafka is being restarted (no result can come meanwhile)."""
+        return bool(self.broker is not None and self.broker.restarting)
 
     def faults(self) -> list[dict]:
         return list(self.broker.faults) if self.broker else []
@@ -329,6 +378,10 @@ class TestbedTarget:
     job in the real-time VM, the setting on the host through its agent."""
 
     ready_timeout_s = 900.0  # a JVM and a model inside a guest (very slow under emulation)
+    # No result for this long while sending is a stall (unless STALL_S says): results from a
+    # guest under emulation come in bursts seconds apart.
+    stall_s = 30.0
+    restarting = False  # the broker said it is being restarted ({"restarting": true})
 
     def __init__(self, args: argparse.Namespace, run_id: str, work: Path):
         self.args, self.work = args, work
@@ -618,14 +671,26 @@ class TestbedTarget:
         if self.broker is None:
             return None
         while (line := next_line(self.broker_lines, 0)) is not None:
-            if line.startswith('{"fault"'):
+            if line.startswith('{"restarting"'):
+                self.restarting = True
+            elif line.startswith('{"fault"'):
                 self.broker_faults.append(json.loads(line)["fault"])
+                self.restarting = False
         if self.broker.poll() is not None:
-            return (
+            err = tail(work / "broker.err")
+            ended = (
                 f"Kafka in {self.messaging.name} (or its SSH session) ended with "
-                f"{self.broker.returncode}:\n{tail(work / 'broker.err')}"
+                f"{self.broker.returncode}:\n{err}"
             )
+            hung = [line.removeprefix("broker: ") for line in err.splitlines() if HUNG in line]
+            return f"{hung[-1]}\n{ended}" if hung else ended
         return None
+
+    def own_processes(self) -> dict[str, list[Process]]:
+        return {}  # the parts run in guests; here only their SSH clients, in their own groups
+
+    def broker_restarting(self) -> bool:
+        return self.restarting
 
     def faults(self) -> list[dict]:
         return self.cluster.faults() if self.cluster else list(self.broker_faults)

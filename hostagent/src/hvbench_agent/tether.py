@@ -23,6 +23,7 @@ def end(child: subprocess.Popen, grace_s: float = GRACE_S) -> None:
     if child.poll() is not None:
         return
     try:
+        os.killpg(child.pid, signal.SIGCONT)  # a stopped process keeps SIGTERM pending
         os.killpg(child.pid, signal.SIGTERM)
         child.wait(grace_s)
     except subprocess.TimeoutExpired:

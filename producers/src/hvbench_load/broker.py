@@ -6,7 +6,10 @@ empty topics and leaves its broker log behind for inspection.
 
 `keep(restarts)` watches the broker while a run needs it: if it exits, it is started again on
 the same ports and data (up to `restarts` times) and each exit is recorded in `faults`; past
-that, `failure` says why and the run ends.
+that, `failure` says why and the run ends. A broker that still runs but is hung counts as one
+that exited: its JVM stopped (SIGSTOP), or no answer to a metadata request (asked every
+CHECK_S seconds) within `hang_s` seconds. It is continued and killed before its restart; with
+no restart left, `failure` says "Kafka does not answer (hung)" and why.
 
 `KafkaCluster` starts several such brokers as one KRaft cluster (each node broker and
 controller, a static quorum of all of them), with topics replicated on every node.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -42,6 +46,12 @@ DEFAULT_JVM_OPTS = ("-Xms1g", "-Xmx1g", "-Djava.awt.headless=true", *jvm.OPTIONS
 # process first the JVM would be left running. The last node of a cluster never finishes a
 # controlled shutdown (its quorum is gone), so this limit is reached there.
 SERVE_STOP_S = 10.0
+# A broker is hung when it does not answer a metadata request (asked every CHECK_S seconds)
+# within HANG_S seconds: here, and in a testbed's guest (main(), HANG_GUEST_S, as long as a
+# testbed's stall limit: the test hosts' guests run under emulation, where a JVM can pause for
+# seconds). A working broker answers in milliseconds.
+CHECK_S, HANG_S, HANG_GUEST_S = 2.0, 5.0, 30.0
+HUNG = "Kafka does not answer (hung)"  # how a hung broker's failure begins
 
 LOG4J2 = """\
 status = warn
@@ -57,6 +67,15 @@ rootLogger.appenderRef.file.ref = file
 
 class BrokerError(RuntimeError):
     pass
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP): state T in /proc/PID/stat."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2] == "T"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -161,8 +180,11 @@ class KafkaBroker:
         self.process: subprocess.Popen | None = None
         self.faults: list[dict] = []
         self.failure: str | None = None
+        self.restarting = False  # while the keeper kills and restarts it
+        self.ended: list[dict] = []  # processes ended that stop() has not reported yet
         self._keeping = threading.Event()
         self._keeper: threading.Thread | None = None
+        self._restart_lock = threading.RLock()  # stop() waits for a restart under way
         self._started_at = 0.0
         self.background_threads: dict = {}  # what jvm.idle_background_threads read back
         self.quorum = quorum or Quorum.alone(host, self.controller_port)
@@ -257,43 +279,98 @@ class KafkaBroker:
         self._wait_ready(timeout)
         self.background_threads = jvm.idle_background_threads(self.process.pid)
 
-    def keep(self, restarts: int, poll_s: float = 0.5) -> None:
+    def keep(self, restarts: int, poll_s: float = 0.5, hang_s: float = HANG_S) -> None:
         """Watch the broker on a thread; see the module's docstring."""
         self._keeping.set()
         self._keeper = threading.Thread(
-            target=self._keep, args=(restarts, poll_s), name="broker-keeper", daemon=True
+            target=self._keep, args=(restarts, poll_s, hang_s), name="broker-keeper", daemon=True
         )
         self._keeper.start()
 
-    def _keep(self, restarts: int, poll_s: float) -> None:
+    def _keep(self, restarts: int, poll_s: float, hang_s: float) -> None:
+        admin, ask_at = self.admin(), time.monotonic() + CHECK_S
         while self._keeping.is_set():
-            code = self.process.poll()
+            code, hung = self.process.poll(), None
             if code is None:
-                time.sleep(poll_s)
-                continue
-            fault = {
-                "part": "broker",
-                "event": "exited",
-                "exit_code": code,
-                "at_s": round(time.monotonic() - self._started_at, 1),
-                "detail": f"Kafka exited with {code}",
-            }
-            if not self._keeping.is_set():
-                return  # stop() is under way
-            if sum(f["event"] == "restarted" for f in self.faults) >= restarts:
-                self._give_up(fault, f"no restart left (BROKER_RESTARTS={restarts})")
-                return
-            try:
-                self._launch(90.0)
-            except BrokerError as e:
-                self._give_up(fault, f"the restart failed: {e}")
-                return
-            fault["event"] = "restarted"
-            fault["detail"] += (
-                f"; restarted on the same data, serving again after "
-                f"{time.monotonic() - self._started_at - fault['at_s']:.1f} s"
-            )
-            self.faults.append(fault)
+                asking = time.monotonic() >= ask_at
+                hung = self.hung(admin if asking else None, hang_s)
+                ask_at = time.monotonic() + CHECK_S if asking else ask_at
+                if hung is None:
+                    time.sleep(poll_s)
+                    continue
+            with self._restart_lock:
+                if not self._keeping.is_set():
+                    return  # stop() is under way
+                if not self._restart(restarts, code, hung):
+                    return
+            admin, ask_at = self.admin(), time.monotonic() + CHECK_S  # a client that connects now
+
+    def hung(self, admin: AdminClient | None, timeout: float) -> str | None:
+        """Why the running broker is hung: its JVM is stopped, or (asked with `admin`) it does
+        not answer a metadata request within `timeout` seconds. None if it is not."""
+        pid = self.process.pid
+        if is_stopped(pid):
+            return f"its JVM (pid {pid}) is stopped (SIGSTOP?), not running"
+        if admin is None:
+            return None
+        try:
+            admin.list_topics(timeout=timeout)
+        except KafkaException:
+            if self.process.poll() is not None or not self._keeping.is_set():
+                return None  # it exited (the next round says so), or it is being stopped
+            return f"no answer to a metadata request within {timeout:g} s"
+        return None
+
+    def _restart(self, restarts: int, code: int | None, hung: str | None) -> bool:
+        """Record the broker's exit (or hang) and start it again on its data if a restart is
+        left; False once it is gone for good (`failure` says why)."""
+        fault = {
+            "part": "broker",
+            "event": "exited" if hung is None else "hung",
+            "exit_code": code,
+            "at_s": round(time.monotonic() - self._started_at, 1),
+            "detail": f"Kafka exited with {code}" if hung is None else f"{HUNG}: {hung}",
+        }
+        if sum(f["event"] == "restarted" for f in self.faults) >= restarts:
+            if hung is not None:  # its clients then fail at once instead of waiting on it
+                fault["exit_code"] = self._kill("hung")
+                fault["detail"] += f"; continued and killed ({fault['exit_code']})"
+            self._give_up(fault, f"no restart left (BROKER_RESTARTS={restarts})")
+            return False
+        self.restarting = True
+        try:
+            if hung is not None:
+                fault["exit_code"] = self._kill()
+                fault["detail"] += f"; continued and killed ({fault['exit_code']})"
+            self._launch(90.0)
+        except BrokerError as e:
+            self._give_up(fault, f"the restart failed: {e}")
+            return False
+        finally:
+            self.restarting = False
+        fault["event"] = "restarted"
+        fault["detail"] += (
+            f"; restarted on the same data, serving again after "
+            f"{time.monotonic() - self._started_at - fault['at_s']:.1f} s"
+        )
+        self.faults.append(fault)
+        return True
+
+    def _kill(self, why: str | None = None) -> int:
+        """A hung JVM killed (continued first, as a stopped process is); its exit code. With
+        `why`, the kill is one the run's teardown reports (stop() returns it)."""
+        pid, was_stopped = self.process.pid, is_stopped(self.process.pid)
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig)
+        if why is not None:
+            self.ended.append(self._ended(pid, "SIGKILL", was_stopped) | {"when": why})
+        return self.process.wait()
+
+    def _ended(self, pid: int, how: str, was_stopped: bool) -> dict:
+        """A process this broker ended, as harness.parts reports a part's processes."""
+        return {"pid": pid, "process": Path(self.java).name, "signal": how,
+                "was_stopped": was_stopped}  # fmt: skip
 
     def _give_up(self, fault: dict, why: str) -> None:
         fault["detail"] += f"; {why}"
@@ -359,19 +436,28 @@ class KafkaBroker:
         """The JVM started last, as KafkaCluster.pids lists its nodes'."""
         return [self.process.pid] if self.process else []
 
-    def stop(self, timeout: float = 20.0) -> None:
-        """Controlled shutdown on SIGTERM; SIGKILL if it does not finish in time."""
+    def stop(self, timeout: float = 20.0) -> list[dict]:
+        """Controlled shutdown on SIGTERM (SIGCONT first: a stopped JVM keeps SIGTERM
+        pending), SIGKILL if it does not finish in time. What it ended, not reported before:
+        its JVM (pid, process, signal, was_stopped), and one the keeper killed as hung."""
         self._keeping.clear()
-        if self._keeper is not None and self._keeper is not threading.current_thread():
-            self._keeper.join()
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        with self._restart_lock:  # a restart under way ends first; a check in flight is let be
+            if self.process is not None and self.process.poll() is None:
+                pid = self.process.pid
+                was_stopped = is_stopped(pid)
+                for sig in (signal.SIGCONT, signal.SIGTERM):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, sig)
+                how = "SIGTERM"
+                try:
+                    self.process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    os.killpg(pid, signal.SIGKILL)
+                    self.process.wait()
+                    how = "SIGKILL"
+                self.ended.append(self._ended(pid, how, was_stopped))
+            ended, self.ended = self.ended, []
+        return ended
 
     def __enter__(self) -> KafkaBroker:
         self.start()
@@ -449,6 +535,10 @@ class KafkaCluster:
     def pids(self) -> list[int]:
         return [pid for broker in self.brokers for pid in broker.pids()]
 
+    @property
+    def restarting(self) -> bool:
+        return any(b.restarting for b in self.brokers)
+
     def start(self, timeout: float = 120.0) -> None:
         """Format every node, start them all (a controller waits for a majority of its
         quorum), then wait until each serves."""
@@ -469,21 +559,27 @@ class KafkaCluster:
         replicas = self.brokers[0].quorum.replication
         wait_known([b.bootstrap for b in self.brokers], names, replicas, timeout)
 
-    def keep(self, restarts: int, poll_s: float = 0.5) -> None:
+    def keep(self, restarts: int, poll_s: float = 0.5, hang_s: float = HANG_S) -> None:
         for broker in self.brokers:
-            broker.keep(restarts, poll_s)
+            broker.keep(restarts, poll_s, hang_s)
 
-    def stop(self, timeout: float = 20.0) -> None:
+    def stop(self, timeout: float = 20.0) -> list[dict]:
         """All nodes at once: stopped one after another, the last one waits for a quorum that
-        is gone until it is killed."""
+        is gone until it is killed. What each node's stop ended (KafkaBroker.stop)."""
+        ended: list[dict] = []
+
+        def stop_node(broker: KafkaBroker) -> None:
+            ended.extend(broker.stop(timeout))
+
         stopping = [
-            threading.Thread(target=broker.stop, args=(timeout,), name=f"stop-node-{i + 1}")
+            threading.Thread(target=stop_node, args=(broker,), name=f"stop-node-{i + 1}")
             for i, broker in enumerate(self.brokers)
         ]
         for thread in stopping:
             thread.start()
         for thread in stopping:
             thread.join()
+        return ended
 
     def __enter__(self) -> KafkaCluster:
         self.start()
@@ -576,8 +672,9 @@ def java_version(java: str = "java") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve a broker for a run on another machine: start it, create the topics, print what
-    runs (one JSON line), then one JSON line per fault ({"fault": {...}}); stop it on SIGTERM
-    (see hvbench-agent tether). Exits 1 if the broker is gone for good.
+    runs (one JSON line), then one JSON line per fault ({"fault": {...}}), and {"restarting":
+    true} when a restart begins; stop it on SIGTERM (see hvbench-agent tether). Exits 1 if the
+    broker is gone for good (exited or hung, with no restart left).
 
     In a cluster over several machines (--voters) each node runs this with its own --node-id,
     ports and the cluster's id; the node given --topics creates them once it serves and waits
@@ -589,6 +686,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", required=True, help="the address to listen on")
     p.add_argument("--topics", default="", help="comma-separated, each NAME or NAME:PARTITIONS")
     p.add_argument("--restarts", type=int, default=1, help="restarts allowed if it exits")
+    p.add_argument(
+        "--hang-s",
+        type=float,
+        default=HANG_GUEST_S,
+        help="seconds without an answer to a metadata request that make the broker hung",
+    )
     p.add_argument("--free-ports", type=int, default=0, help="print this many free ports")
     p.add_argument("--port", type=int, help="the client port (default: a free one)")
     p.add_argument("--controller-port", type=int, help="the controller port (default: free)")
@@ -615,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.topics:
             described["topics"] = create(broker, args.topics, args.peers)
         print(json.dumps(described), flush=True)
-        broker.keep(args.restarts)
+        broker.keep(args.restarts, hang_s=args.hang_s)
         return serve(broker, stop)
     except BrokerError as e:
         print(f"broker: {e}", file=sys.stderr)
@@ -658,9 +761,13 @@ def create(broker: KafkaBroker, topics: str, peers: str) -> dict:
 
 
 def serve(broker: KafkaBroker, stop: threading.Event) -> int:
-    """Report faults as they come until asked to stop (0) or the broker is gone (1)."""
-    told = 0
+    """Report faults as they come until asked to stop (0) or the broker is gone (1); a
+    restart under way as {"restarting": true} (its fault follows once it is over)."""
+    told, restarting = 0, False
     while not stop.wait(0.5):
+        if broker.restarting and not restarting:
+            print(json.dumps({"restarting": True}), flush=True)
+        restarting = broker.restarting
         for fault in broker.faults[told:]:
             print(json.dumps({"fault": fault}), flush=True)
         told = len(broker.faults)

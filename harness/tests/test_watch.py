@@ -1,0 +1,48 @@
+"""The progress watch's stall clock: no result for STALL_S while sending is a stall; a slow
+job (results slow, not zero), the start of sending and a broker restart are not."""
+
+import argparse
+
+from hvbench_harness import target as targets
+from hvbench_harness.run import RECONNECT_S, Stall, stall_limit
+
+
+def figures(got: int, due: int = 360, letters: int = 0) -> dict:
+    return {0: [got, due, letters]}
+
+
+def test_no_result_for_the_limit_is_a_stall_named_with_the_counts():
+    stall = Stall(8.0)
+    stall.hold(100.0)  # sending starts
+    stall.progress(figures(10), 101.0)
+    assert stall.check(109.0, figures(10)) is None
+    why = stall.check(109.5, figures(10))
+    assert why.startswith("no result for 8 s while the producers were sending")
+    assert "received 10 of 360" in why and "STALL_S=8" in why
+
+
+def test_slow_results_and_dead_letters_are_progress():
+    stall = Stall(8.0)
+    stall.hold(0.0)
+    for t in range(1, 60):
+        stall.progress(figures(t // 5, letters=t // 7), float(t))  # a result every 5 s or so
+        assert stall.check(float(t), figures(t // 5)) is None
+
+
+def test_a_broker_restart_holds_the_clock_until_the_clients_reconnect():
+    stall = Stall(8.0)
+    stall.hold(0.0)
+    stall.hold(20.0 + RECONNECT_S)  # seen restarting at 20 s
+    assert stall.check(20.0 + RECONNECT_S + 8.0, figures(0)) is None
+    assert "received 0 of ?" in Stall(1.0).check(1e9, {})
+
+
+def test_the_limit_is_the_requested_or_the_targets_and_never_under_a_few_send_gaps():
+    def args(**given) -> argparse.Namespace:
+        return argparse.Namespace(**{"stall_s": None, "send_ms": 100.0, "ramp": 0.0, **given})
+
+    bare, testbed = targets.BareTarget, targets.TestbedTarget  # their class-wide defaults
+    assert stall_limit(args(), bare) == 8.0 and stall_limit(args(), testbed) == 30.0
+    assert stall_limit(args(stall_s=3.0), bare) == 3.0
+    assert stall_limit(args(send_ms=5000.0), bare) == 20.0  # a record every 5 s
+    assert stall_limit(args(send_ms=1000.0, ramp=5.0), bare) == 40.0  # 10 % of the rate
