@@ -89,7 +89,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
 .PHONY: help venv java browser rt-tools iptables kafka flink-connector data train run report model advise test test-testbed lint bench clean test-two-hosts \
-	campaign campaign-check check rerun workload-inputs provision provision-settings teardown sched vcpu-sched xen-sched agent-wheel xen-hypervisor controller-tools testbed-tools guest-bundle
+	campaign campaign-check check rerun account workload-inputs provision provision-settings teardown sched vcpu-sched xen-sched agent-wheel xen-hypervisor controller-tools testbed-tools guest-bundle
 
 # Generated: the targets' `## ` comments above and below, and make run's variables (spec.py).
 help: ## this list
@@ -191,6 +191,7 @@ campaign: $(STAMP) ## CAMPAIGN=campaigns/<name>.yml [RESUME=1]: a grid of runs (
 		{ test $$target != bare || $(MAKE) --no-print-directory workload-inputs rt-tools; } && \
 		hosts=$$($(PY) -m hvbench_harness.inventory $(INVENTORY) $(HOST) $(TARGET)) && \
 		$(HVBENCH) campaign run $(CAMPAIGN) --results $(RESULTS) $(if $(RESUME),--resume) \
+			$(if $(filter-out 0,$(CONCURRENT)),--concurrent) \
 			--data $(DATA_DIR) --model $(MODEL_DIR) $$(test $$target = bare || echo --inventory $$hosts)
 
 campaign-check: $(STAMP) ## check every campaign file (nothing runs)
@@ -203,6 +204,12 @@ check: $(STAMP) ## is this machine (or HOST=/INVENTORY=) ready to measure on? [E
 rerun: $(STAMP) ## RUN=<run-id>: repeat a run from its results and compare the two
 	@test -n "$(RUN)" || { echo "make rerun: RUN=<run-id> (a directory in $(RESULTS)/)" >&2; exit 1; }
 	$(HVBENCH) rerun --run $(RUN) --results $(RESULTS)
+
+# make account: RUN is results/<run-id> (written as failed, with raw/: updated in place unless
+# RESULTS= is given) or work/<run-id> (results not written, e.g. a full disk: into RESULTS).
+account: $(STAMP) ## RUN=results/<run-id> or work/<run-id>: account a run again from its raw files [RESULTS]
+	@test -n "$(RUN)" || { echo "make account: RUN=results/<run-id> or work/<run-id>" >&2; exit 1; }
+	$(HVBENCH) rerun --account $(RUN)$(if $(filter command line environment,$(origin RESULTS)), --results $(RESULTS))
 
 lint: $(STAMP) ## ruff, ansible-lint (production profile), playbook syntax, campaign files
 	$(VENV)/bin/ruff check .

@@ -38,11 +38,12 @@ def default_sigint() -> None:
 
 
 class Harness:
-    """`hvbench run` in its own session (as from a terminal), its log line by line."""
+    """`hvbench run` in its own session (as from a terminal), its log line by line; `command`
+    runs the harness another way (a fault injected into it)."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], command: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hvbench_harness.run", *args],
+            [*(command or [sys.executable, "-m", "hvbench_harness.run"]), *args],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

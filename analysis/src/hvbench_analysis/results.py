@@ -14,6 +14,7 @@ when read, so old results still load.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -41,7 +42,14 @@ import pandas as pd
 # 11: the Xen pool's time slice and rate limit (`requested.tslice_us`, `ratelimit_us`) and each
 # host's real-time profile (`rt_profile`, its settings read back); older runs had neither, and
 # ran with the pool's boot values.
-SCHEMA_VERSION = 11
+# 12: a run whose results could not be made from its raw files (its accounting, or what
+# follows it, failed) is written too: `status` gains `traceback` and `before` (the status the
+# sending left), its `counts` and `latency` are null where not computed, samples.csv may be
+# absent, and raw/ keeps the raw files; `accounted_again` where `hvbench rerun --account` made
+# the results later. Also `concurrent` (the other runs seen on the run's machines),
+# `watch` (the stall limit), `teardown` (what it ended, what was left) and
+# `requested.concurrent`, `requested.stall_s`. Older runs have none of these, and need none.
+SCHEMA_VERSION = 12
 META = "meta.json"
 SAMPLES = "samples.csv"
 DEAD_LETTERS = "dead_letters.jsonl"
@@ -49,6 +57,7 @@ SCHED_TRACE = "sched_trace.txt"  # TRACE=1: the kernel's sched events of the job
 ENERGY = "energy.csv"  # the hosts' energy samples: cumulative joules per domain
 BASELINE = "baseline.csv"  # BASELINE=1: every timer wake-up's latency (µs) of the noise floor
 LOGS = "logs"
+RAW = "raw"  # the raw files as the parts wrote them, where kept (a failed accounting)
 NOISE_KEYS = ("noise", "noise_cpus", "job_cpus")  # in `requested` from version 5
 SCALE_ONE = {"scale": "one", "brokers": None, "taskmanagers": None}  # `requested` before 6
 FREEWAY = {"network": "freeway", "detectors": 6}  # `requested` before 7
@@ -97,7 +106,7 @@ class ResultsError(ValueError):
 def write_run(
     directory: Path,
     meta: dict,
-    samples: pd.DataFrame,
+    samples: pd.DataFrame | None,
     *,
     dead_letters: Path | None = None,
     logs: list[Path] = (),
@@ -105,37 +114,88 @@ def write_run(
     sched_trace: Path | None = None,
     baseline: Path | None = None,
     energy: Path | None = None,
+    raw: list[Path] = (),
 ) -> Path:
-    """Write one run: samples, dead letters, logs, and meta.json last, so that a meta.json
-    says the run's files are complete (campaigns rely on that); whether the run itself
-    completed, its `status` says."""
-    absent = [c for c in SAMPLE_COLUMNS if c not in samples.columns]
-    if absent:
-        raise ResultsError(f"samples lack column(s) {', '.join(absent)}")
+    """Write one run, whole or not at all: every file goes into a hidden folder beside
+    `directory` (the same filesystem), meta.json last, and that folder then takes the run's
+    place (an earlier version of the run is replaced: `hvbench rerun --account`). On any error
+    (a full disk: OSError) the hidden folder is removed and the error raised, so that nothing
+    half-written is left and a meta.json says the run's files are complete (campaigns rely on
+    that); whether the run itself completed, its `status` says. `samples` is None for a run
+    whose records could not be accounted (no samples.csv); `raw` are its raw files, kept as
+    they are in raw/."""
+    if samples is not None:
+        absent = [c for c in SAMPLE_COLUMNS if c not in samples.columns]
+        if absent:
+            raise ResultsError(f"samples lack column(s) {', '.join(absent)}")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    samples.to_csv(directory / SAMPLES, index=False, float_format=float_format)
-    files = {"samples": SAMPLES}
-    if dead_letters is not None:
-        shutil.copy(dead_letters, directory / DEAD_LETTERS)
-        files["dead_letters"] = DEAD_LETTERS
-    if sched_trace is not None:
-        shutil.copy(sched_trace, directory / SCHED_TRACE)
-        files["sched_trace"] = SCHED_TRACE
-    if baseline is not None:
-        shutil.copy(baseline, directory / BASELINE)
-        files["baseline"] = BASELINE
-    if energy is not None and energy.exists():
-        shutil.copy(energy, directory / ENERGY)
-        files["energy"] = ENERGY
-    if logs:
-        (directory / LOGS).mkdir(exist_ok=True)
-        for log in logs:
-            shutil.copy(log, directory / LOGS / Path(log).name)
-        files["logs"] = f"{LOGS}/"
-    doc = {"schema": SCHEMA_VERSION, **meta, "files": files}
-    (directory / META).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    writing = directory.parent / f".{directory.name}.writing-{os.getpid()}"
+    shutil.rmtree(writing, ignore_errors=True)
+    try:
+        writing.mkdir()
+        files = _write_files(writing, samples, float_format, dead_letters, logs, raw)
+        files |= _copy_files(writing, sched_trace=sched_trace, baseline=baseline, energy=energy)
+        doc = {"schema": SCHEMA_VERSION, **meta, "files": files}
+        (writing / META).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        _put_in_place(writing, directory)
+    except BaseException:
+        shutil.rmtree(writing, ignore_errors=True)
+        raise
     return directory
+
+
+def _write_files(
+    folder: Path,
+    samples: pd.DataFrame | None,
+    float_format: str | None,
+    dead_letters: Path | None,
+    logs: list[Path],
+    raw: list[Path],
+) -> dict:
+    """samples.csv, the dead letters, logs/ and raw/ into `folder`; meta.json's `files`."""
+    files = {}
+    if samples is not None:
+        samples.to_csv(folder / SAMPLES, index=False, float_format=float_format)
+        files["samples"] = SAMPLES
+    if dead_letters is not None:
+        shutil.copy(dead_letters, folder / DEAD_LETTERS)
+        files["dead_letters"] = DEAD_LETTERS
+    for name, paths in ((LOGS, logs), (RAW, raw)):
+        if paths:
+            (folder / name).mkdir()
+            for path in paths:
+                shutil.copy(path, folder / name / Path(path).name)
+            files[name] = f"{name}/"
+    return files
+
+
+def _copy_files(folder: Path, **sources: Path | None) -> dict:
+    """The optional single files (sched_trace, baseline, energy) that exist, copied."""
+    names = {"sched_trace": SCHED_TRACE, "baseline": BASELINE, "energy": ENERGY}
+    files = {}
+    for key, source in sources.items():
+        if source is not None and Path(source).exists():
+            shutil.copy(source, folder / names[key])
+            files[key] = names[key]
+    return files
+
+
+def _put_in_place(written: Path, directory: Path) -> None:
+    """`written` becomes `directory`; an earlier `directory` is replaced, and comes back if
+    the renaming fails."""
+    if not directory.exists():
+        written.rename(directory)
+        return
+    replaced = directory.parent / f".{directory.name}.replaced-{os.getpid()}"
+    shutil.rmtree(replaced, ignore_errors=True)
+    directory.rename(replaced)
+    try:
+        written.rename(directory)
+    except BaseException:
+        replaced.rename(directory)
+        raise
+    shutil.rmtree(replaced, ignore_errors=True)
 
 
 def upgrade(meta: dict) -> dict:
@@ -206,5 +266,10 @@ def read_samples(directory: Path) -> pd.DataFrame:
 
 
 def is_run(directory: Path) -> bool:
-    """Whether a directory holds a run (or what is left of one)."""
-    return directory.is_dir() and ((directory / META).exists() or (directory / SAMPLES).exists())
+    """Whether a directory holds a run (or what is left of one); a hidden one is write_run's
+    own, being written."""
+    return (
+        not directory.name.startswith(".")
+        and directory.is_dir()
+        and ((directory / META).exists() or (directory / SAMPLES).exists())
+    )

@@ -8,19 +8,31 @@ settings requested and read back, the model, the commit and the software version
 comparison is printed and kept in the rerun's directory as rerun.json.
 
     python -m hvbench_harness.rerun --run 20261122T101500Z-xen-rtds-b77500-p100000-e0
+
+`make account RUN=...` (`--account`) repeats no run: it accounts one again from its raw files
+(hvbench_harness.rawfiles), where the run's results could not be made from them. RUN is
+results/<run-id> (a run written as failed with raw/: that folder is updated, its status the
+one the sending left, `accounted_again` says when and what it replaced) or work/<run-id> (a run
+whose results could not be written, e.g. on a full disk: written into RESULTS, and the work
+folder goes).
+
+    python -m hvbench_harness.rerun --account results/20261122T101500Z-bare-none
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import traceback
+from datetime import UTC, datetime
 from pathlib import Path
 
 from hvbench_analysis import results as results_contract
 
+from hvbench_harness import rawfiles, spec
 from hvbench_harness import run as harness
-from hvbench_harness import spec
 
 INPUTS = {
     "inventory": "--inventory",
@@ -152,12 +164,95 @@ def compare(original: dict, rerun: dict) -> dict:
     }
 
 
+def raw_folder(run: str, results: Path, work: Path) -> Path:
+    """The folder of RUN's raw files: RUN/raw or RUN itself (a work folder), or the run id's
+    in results/ or work/."""
+    for candidate in (Path(run), results / run, work / run):
+        for folder in (candidate / results_contract.RAW, candidate):
+            if (folder / rawfiles.BEFORE).exists():
+                return folder
+    raise RerunError(
+        f"no raw files of {run}: no {results_contract.RAW}/{rawfiles.BEFORE} or {rawfiles.BEFORE} "
+        f"in {run}, {results / run} or {work / run} (only a run whose results could not be made "
+        "keeps them)"
+    )
+
+
+def account_again(source: Path, results: Path | None) -> int:
+    """Account the raw files in `source` again into results/<run-id>/ (a results folder's
+    raw/: that folder, unless `results` says elsewhere). The run's exit code (make run's)."""
+    saved = rawfiles.load(source)
+    run_id = saved["meta"]["run_id"]
+    came_from = source.parent if source.name == results_contract.RAW else None
+    if results is None:
+        results = came_from.parent if came_from is not None else Path("results")
+    target = results / run_id
+    in_place = came_from is not None and target.resolve() == came_from.resolve()
+    if target.exists() and not in_place:
+        raise RerunError(f"{target} exists already; account the run into another RESULTS=")
+    try:
+        accounted = rawfiles.account(source, saved)
+    except Exception as e:  # what failed in the run may fail again: said, nothing touched
+        traceback.print_exc()
+        raise RerunError(f"accounting {source}/ failed again: {type(e).__name__}: {e}") from None
+    replaced = replaced_status(came_from)
+    accounted.meta["accounted_again"] = {
+        "at": datetime.now(UTC).isoformat(),
+        "from": str(source.resolve()),
+        "status_replaced": replaced,
+    }
+    if came_from is not None and (came_from / results_contract.LOGS).is_dir():
+        logs = sorted((came_from / results_contract.LOGS).iterdir())
+    else:
+        logs = harness.run_logs(source, saved["how"]["pairs"])
+    summary = harness.summary_lines(target, accounted.counts, accounted.meta)
+    try:
+        rawfiles.write(target, accounted.meta, accounted.samples, source, logs, keep_raw=True)
+    except OSError as e:
+        raise RerunError(
+            f"writing {target}/ failed: {e}; nothing was left there. The raw files are still in "
+            f"{source}/: account them again with {rawfiles.again(source, results)}"
+        ) from None
+    if came_from is None:
+        shutil.rmtree(source)  # a work folder: its raw files are in the results' raw/ now
+    print(f"make account: {run_id} accounted again from {source}/" + "\n".join(summary))
+    return harness.exit_code(accounted.meta, accounted.counts)
+
+
+def replaced_status(folder: Path | None) -> dict | None:
+    """The status of the results an accounting replaces (None: none, or unreadable)."""
+    try:
+        return results_contract.read_meta(folder)["status"] if folder is not None else None
+    except results_contract.ResultsError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="hvbench rerun", description=__doc__)
-    p.add_argument("--run", required=True, help="run id or directory")
-    p.add_argument("--results", default="results")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", help="run id or directory: repeat the run")
+    which.add_argument(
+        "--account",
+        metavar="RUN",
+        help="results/<run-id> (with raw/) or work/<run-id>: account the run again from its "
+        "raw files (make account)",
+    )
+    p.add_argument(
+        "--results",
+        default=None,
+        help="where results go (default results; with --account of a results folder, its own)",
+    )
     p.add_argument("--work", default="work")
     args = p.parse_args(argv)
+    if args.account is not None:
+        results = Path(args.results) if args.results else None
+        try:
+            source = raw_folder(args.account, results or Path("results"), Path(args.work))
+            return account_again(source, results)
+        except (RerunError, rawfiles.RawError, results_contract.ResultsError) as e:
+            print(f"make account: {e}", file=sys.stderr)
+            return 1
+    args.results = args.results or "results"
     try:
         original_dir = find_run(Path(args.results), args.run)
         original = results_contract.read_meta(original_dir)
