@@ -1,10 +1,12 @@
-"""Fixtures shared by the tests of every package: small generated data, a small model, and a
-lock for the tests that set this machine's idle states."""
+"""Fixtures shared by the tests of every package: small generated data, a small model, a
+lock for the tests that set this machine's idle states, and a run registry of each test's
+own."""
 
 import fcntl
 from datetime import date
 
 import pytest
+from hvbench_harness import runlocks
 from hvbench_job import generate
 from hvbench_job.forecast import train
 
@@ -46,3 +48,11 @@ def idle_states():
     with open("/tmp/hvbench-test-idle-states.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+@pytest.fixture(autouse=True)
+def own_run_registry(tmp_path, monkeypatch):
+    """Every test has a run registry of its own (hvbench_harness.runlocks): runs and campaigns
+    that tests start on two workers (pytest-xdist), or beside a real run on this machine, do
+    not see each other. (A module's shared run, set up before this, uses the machine's.)"""
+    monkeypatch.setenv(runlocks.ENV, str(tmp_path / "run-registry"))

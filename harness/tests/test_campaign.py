@@ -140,7 +140,7 @@ def test_a_grid_crossed_with_points_names_what_differs(tmp_path):
             "grid",
             {
                 "target": "xen",
-                "settings": {"records": 600},
+                "settings": {"records": 6000},
                 "points": [{"sched": "credit"}, {"sched": "credit2"}],
                 "grid": {"cap": [None, 153]},
             },
@@ -154,7 +154,7 @@ def test_a_grid_crossed_with_points_names_what_differs(tmp_path):
     ]
     assert campaign.run_argv(c.points[1]) == [
         "--records",
-        "600",
+        "6000",
         "--sched",
         "credit",
         "--cap",
@@ -198,7 +198,12 @@ def test_a_bad_campaign_is_refused_whole_with_the_reason(tmp_path, doc, message)
 
 
 def test_shuffled_order_is_a_seeded_permutation(tmp_path):
-    doc = {"target": "bare", "repetitions": 3, "grid": {"records": [60, 120, 180]}}
+    doc = {
+        "target": "bare",
+        "repetitions": 3,
+        "settings": {"warmup": 0},
+        "grid": {"records": [60, 120, 180]},
+    }
     sequential = campaign.load(write(tmp_path, "seq", doc)).planned()
     assert [(p.id, r) for p, r in sequential[:4]] == [
         ("p01-n60", 1),
@@ -235,7 +240,7 @@ def test_a_failed_run_is_recorded_and_the_campaign_goes_on(tmp_path, fake, capsy
         {
             "target": "bare",
             "repetitions": 2,
-            "settings": {"sched": "cfs-quota", "records": 60, "send_ms": 50},
+            "settings": {"sched": "cfs-quota", "records": 60, "send_ms": 50, "warmup": 0},
             "grid": {"budget": [50000, 66666]},
         },
     )
@@ -291,7 +296,7 @@ def test_a_run_that_failed_while_sending_is_redone_on_resume_and_its_results_kep
 
 
 def test_a_changed_file_is_refused_on_resume(tmp_path, fake):
-    doc = {"target": "bare", "settings": {"records": 60}}
+    doc = {"target": "bare", "settings": {"records": 60, "warmup": 0}}
     path = write(tmp_path, "changes", doc)
     assert campaign.run_campaign(campaign.load(path), run_args(tmp_path), harness=fake) == 0
     write(tmp_path, "changes", {**doc, "repetitions": 2})
@@ -303,7 +308,11 @@ def test_an_interrupted_campaign_resumes_without_rerunning_done_runs(tmp_path, f
     path = write(
         tmp_path,
         "stops",
-        {"target": "bare", "repetitions": 3, "settings": {"records": 60, "send_ms": 50}},
+        {
+            "target": "bare",
+            "repetitions": 3,
+            "settings": {"records": 60, "send_ms": 50, "warmup": 0},
+        },
     )
     code = f"""
 import sys
@@ -353,7 +362,7 @@ sys.exit(campaign.run_campaign(c, args, harness={fake!r}))
 def test_a_stop_that_lands_while_a_run_starts_still_stops_it(tmp_path, fake, monkeypatch):
     # The signal arrives after the index says "running" but before the child exists: the
     # handler has no child to stop, so the runner must stop it once it is started.
-    path = write(tmp_path, "race", {"target": "bare", "settings": {"records": 60}})
+    path = write(tmp_path, "race", {"target": "bare", "settings": {"records": 60, "warmup": 0}})
     c = campaign.load(path)
     folder = tmp_path / "results" / c.name
     index = campaign.Index.open(c, folder, resume=False)
@@ -382,6 +391,7 @@ def test_a_search_records_its_trials_and_the_sustainable_rate(tmp_path, fake):
         {
             "target": "bare",
             "repetitions": 2,
+            "settings": {"warmup": 0},
             "grid": {"sched": ["none"]},
             "search": {
                 "slo_p99_ms": 30,  # p99 = rate / 10: passes up to 300/s

@@ -3,7 +3,8 @@
 A run directory holds `meta.json` and `samples.csv` (the results contract: results.py, which
 reads them, and docs/results.md). A run whose files are missing or malformed is reported by
 name with the reason and skipped; it is never merged in part. A run that failed or was
-interrupted is left out of the statistics (listed in `left_out`) unless include_failed.
+interrupted is left out of the statistics (listed in `left_out`) unless include_failed; so is
+a run with no measured sample (every record it received was warm-up, or none came), always.
 
     runs = load_runs(["results/run-a", "results/run-b"])
     runs.samples      # tags + detector, seq, time_s, latency_ns, latency_from_intended_ns, warmup,
@@ -84,7 +85,8 @@ RunError = results.ResultsError
 
 
 class LeftOut(NamedTuple):
-    """A run that did not complete, left out of the statistics; reason: its first line."""
+    """A run left out of the statistics: it did not complete (reason: its status's first
+    line), or it has no measured sample (reason: "no measured samples: ...")."""
 
     run_id: str
     configuration: str
@@ -443,19 +445,27 @@ def load_runs(
         seen.add(tags["run_id"])
         status = status_of(run["meta"])
         if status["state"] != "completed" and not include_failed:
-            left_out.append(
-                LeftOut(
-                    tags["run_id"],
-                    config_label(tags),
-                    status["state"],
-                    status["phase"],
-                    status["reason"],
-                )
-            )
+            why = status["reason"]
+        elif (why := nothing_measured(run["meta"], samples)) is None:
+            loaded.append((run, samples))
             continue
-        loaded.append((run, samples))
+        where = (config_label(tags), status["state"], status["phase"])
+        left_out.append(LeftOut(tags["run_id"], *where, why))
     runs, samples = tables_of(loaded)
     return Runs(samples=samples, runs=runs, skipped=skipped, left_out=left_out)
+
+
+def nothing_measured(meta: dict, samples: pd.DataFrame) -> str | None:
+    """Why a run has no measured sample (every record received was warm-up, or none came),
+    or None if it has some."""
+    if (~samples["warmup"].astype(bool)).any():
+        return None
+    received = count_of(meta.get("counts") or {}, "received")
+    warmup_s = number_or_none(meta.get("warmup_excluded_s"))
+    warmup = f"WARMUP={warmup_s:g} s" if warmup_s is not None else "the warm-up"
+    if received == 0:
+        return "no measured samples: no record was received"
+    return f"no measured samples: all {received} records received fell in {warmup}"
 
 
 SAMPLE_COLUMNS = [

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -39,10 +40,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
+from hvbench_agent.names import BadName, check_name
 from hvbench_analysis import results as results_contract
 
 from hvbench_harness import run as harness
 from hvbench_harness import spec
+from hvbench_harness.runlocks import hold, registered_machines
 from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target
 
 ORDERS = ("sequential", "shuffled")
@@ -190,6 +193,10 @@ def load(path: str | Path) -> Campaign:
         seed = int(hashlib.sha256(path.stem.encode()).hexdigest()[:8], 16)
     elif isinstance(seed, bool) or not isinstance(seed, int):
         errors.append(f"seed must be a whole number, not {seed!r}")
+    try:
+        check_name(path.stem, "the campaign's name (its file's name)")
+    except BadName as e:
+        errors.append(str(e))
     search = _search(definition.get("search"), errors)
     points = _points(definition, search, errors)
     campaign = Campaign(
@@ -290,6 +297,7 @@ def _point_id(index: int, settings: dict, varying: list[str]) -> str:
         else:
             text = f"{value:g}" if isinstance(value, float) else str(value)
             text = text.replace(":", "").replace(",", "+")  # NOISE=2:cpu,1:membw: 2cpu+1membw
+            text = re.sub(r"[^A-Za-z0-9._+-]", "", text)  # a point id is a name (names.py)
             parts.append(f"{SHORT.get(key, key)}{text}")
     return "-".join(parts)
 
@@ -377,6 +385,11 @@ def check_points(campaign: Campaign) -> list[str]:
             for r in campaign.search.rates_per_s
         ]
     for point in points:
+        try:
+            check_name(run_id(point, campaign.repetitions), "a run's id")
+        except BadName as e:
+            errors.append(f"{point.id}: {e}")
+            continue
         try:
             args = harness.parse_args(["--target", campaign.target, *run_argv(point)])
             harness.validate_request(args, need_inventory=False)
@@ -820,6 +833,23 @@ def run_campaign(
             raise CampaignError(
                 f"{campaign.file} runs on {campaign.target}, but {args.inventory} is {found}"
             )
+    machines = registered_machines(campaign.target, args.inventory)
+    forced = bool(getattr(args, "concurrent", False) or campaign_settings(campaign, "concurrent"))
+    with hold(campaign.name, machines, kind="campaign", forced=forced):
+        return run_held(campaign, args, harness, forced)
+
+
+def campaign_settings(campaign: Campaign, key: str):
+    """A setting the campaign's `settings` give every point (None if they do not)."""
+    return (campaign.definition.get("settings") or {}).get(key)
+
+
+def run_held(
+    campaign: Campaign, args: argparse.Namespace, harness: tuple[str, ...] | None, forced: bool
+) -> int:
+    """The campaign's runs, while it holds its machines in the run registry (runlocks); its
+    own runs, its children, do not count it as another run. Forced, its runs are too: they
+    run beside the runs the campaign was forced past."""
     folder = Path(args.results) / campaign.name
     index = Index.open(campaign, folder, args.resume)
     shutil.copy(campaign.file, folder / "campaign.yml")
@@ -827,7 +857,7 @@ def run_campaign(
         campaign,
         index,
         folder,
-        harness_args(args, campaign.target),
+        harness_args(args, campaign.target) + (["--concurrent"] if forced else []),
         Path(args.work) / campaign.name,
     )
     if harness:
@@ -886,6 +916,12 @@ def main(argv: list[str] | None = None) -> int:
     go = sub.add_parser("run", help="run a campaign (or resume it)")
     go.add_argument("file")
     go.add_argument("--resume", action="store_true")
+    go.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="run although another run or campaign holds the machine (as CONCURRENT=1 does "
+        "for a run; `concurrent: true` in the settings does both)",
+    )
     go.add_argument("--inventory")
     go.add_argument("--results", default="results")
     go.add_argument("--work", default="work")
@@ -908,7 +944,7 @@ def main(argv: list[str] | None = None) -> int:
             print(load(args.file).target)
             return 0
         return run_campaign(load(args.file), args)
-    except (CampaignError, TestbedError) as e:
+    except (CampaignError, TestbedError, harness.RunError) as e:
         print(f"make campaign: {e}", file=sys.stderr)
         return 1
 

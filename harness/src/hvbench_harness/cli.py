@@ -4,6 +4,7 @@ target of the same name runs the verb after building what it needs (make help).
     hvbench run SCHED=rtds BUDGET=77500        one run (make help lists the NAME=value words)
     hvbench campaign run campaigns/table4-rtds.yml [--resume]
     hvbench rerun --run RUN_ID                 repeat a run and compare the two
+    hvbench rerun --account results/RUN_ID     account a run again from its raw files
     hvbench check [--host H --target T | --inventory DIR] [--enforce]
     hvbench sched apply --sched cfs --budget 30000 [--host H | --inventory DIR]
     hvbench report --results results --out report
@@ -33,7 +34,7 @@ REPO = Path(__file__).resolve().parents[3]
 MODULE_VERBS = {
     "run": ("hvbench_harness.run", "one run, here (bare) or on a testbed"),
     "campaign": ("hvbench_harness.campaign", "validate or run a campaign file"),
-    "rerun": ("hvbench_harness.rerun", "repeat a run from its results and compare"),
+    "rerun": ("hvbench_harness.rerun", "repeat a run and compare; --account: account one again"),
     "report": ("hvbench_analysis.report", "figures and tables from results"),
     "model": ("hvbench_analysis.model", "fit a performance model to runs and validate it"),
     "advise": ("hvbench_harness.advise", "the smallest budget a model predicts meets an SLO"),

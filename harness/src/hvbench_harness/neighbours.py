@@ -28,10 +28,13 @@ def check_request(args) -> tuple[Group, ...]:
     RunError."""
     try:
         groups = neighbours.parse(args.noise)
+    except NoiseError as e:
+        raise RunError(str(e)) from None
+    try:
         if args.job_cpus:
             parse_cpus(args.job_cpus)
     except NoiseError as e:
-        raise RunError(str(e)) from None
+        raise RunError(f"JOB_CPUS: {e}") from None
     args.noise = neighbours.text(groups) or None  # "none" and "" are no neighbours
     (check_bare if args.target == "bare" else check_testbed)(args, groups)
     return groups
@@ -49,6 +52,19 @@ def check_bare(args, groups: tuple[Group, ...]) -> None:
             "SCHED=deadline needs the job's threads free to run on every CPU (the kernel "
             "refuses SCHED_DEADLINE to a thread pinned to some); leave JOB_CPUS unset"
         )
+    check_noise_cpus(args.noise_cpus, args.job_cpus)
+
+
+def check_noise_cpus(noise_cpus: str, job_cpus: str | None) -> None:
+    """NOISE_CPUS on its own: job, apart (which needs JOB_CPUS) or a CPU list; the machine's
+    CPUs are checked once the run starts (bare_noise_cpus)."""
+    if noise_cpus == "apart" and not job_cpus:
+        raise RunError("NOISE_CPUS=apart needs JOB_CPUS to leave CPUs to the loads")
+    if noise_cpus not in ("job", "apart"):
+        try:
+            parse_cpus(noise_cpus)
+        except NoiseError:
+            raise RunError(f"NOISE_CPUS is job, apart or a CPU list, not {noise_cpus!r}") from None
 
 
 def check_testbed(args, groups: tuple[Group, ...]) -> None:

@@ -89,6 +89,9 @@ FIELDS = (
     Field("broker_restarts", int, 1, "--broker-restarts",
           "times Kafka is restarted on its data if it exits mid-run (recorded); 0: the run ends",
           "broker_restarts"),
+    Field("stall_s", float, None, "--stall-s",
+          "seconds without a result while the producers send that fail the run as stalled; "
+          "unset: 8 on the bare target, 30 on a testbed (docs/running.md)", "stall_s"),
     Field("cpu_latency", str, "auto", "--cpu-latency",
           "bare: hold C-states at this many µs while running; auto (0 where permitted) or off",
           "cpu_latency"),
@@ -96,6 +99,9 @@ FIELDS = (
           "readiness checks to require beyond the defaults, comma-separated", "require"),
     Field("force", bool, False, "--force",
           "run although a required readiness check fails (meta.json says which)", "force"),
+    Field("concurrent", bool, False, "--concurrent",
+          "run although another run or campaign holds this machine or testbed host (they "
+          "disturb each other's latency; meta.json `concurrent` records both)", "concurrent"),
     Field("force_tsc", bool, False, "--force-tsc",
           "accept a TSC without constant_tsc/nonstop_tsc (recorded)", "force_tsc"),
     Field("trace", bool, False, "--trace",
@@ -235,7 +241,7 @@ def assignments_to_flags(argv: list[str]) -> list[str]:
 def add_arguments(parser) -> None:
     """The harness's options, one per field."""
     for field in FIELDS + INPUTS:
-        help_text = f"{field.make}: {field.help}"
+        help_text = f"{field.make}: {field.help}".replace("%", "%%")  # argparse formats help
         if field.kind is bool:
             parser.add_argument(field.flag, dest=field.name, action="store_true", help=help_text)
         else:

@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hvbench_agent.names import BadName, check_name
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -205,6 +207,8 @@ class Testbed:
 
     @classmethod
     def from_json(cls, doc: dict) -> Testbed:
+        check_guest_names(doc)
+
         def machine(role: str, conn: dict) -> Machine:
             return Machine(
                 name=f"{role} ({conn['name']})",
@@ -251,6 +255,25 @@ class Testbed:
             realtime_pool=doc.get("realtime_pool", ""),
             messaging_domain=doc.get("messaging_domain", ""),
         )
+
+
+def check_guest_names(doc: dict) -> None:
+    """The testbed's hosts, guests, domains and neighbours are names (hvbench_agent.names):
+    they go into commands and file names on the hosts, as root. TestbedError otherwise."""
+    conns = [doc.get("host") or {}, *doc.get("messaging_vms", []), *doc.get("realtime_vms", [])]
+    conns += [*doc.get("neighbours", []), *(h.get("host") or {} for h in doc.get("hosts", []))]
+    found = [("a guest's or host's name", c.get("name")) for c in conns]
+    domains = [*doc.get("realtime_domains", [])]
+    domains += [d for h in doc.get("hosts", []) for d in h.get("realtime_domains", [])]
+    domains += [d for h in doc.get("hosts", []) for d in h.get("messaging_domains", [])]
+    domains += [doc["messaging_domain"]] if doc.get("messaging_domain") else []
+    found += [("a domain's name", d) for d in domains]
+    found += [("the real-time pool", doc["realtime_pool"])] if doc.get("realtime_pool") else []
+    try:
+        for what, name in found:
+            check_name(name, what)
+    except BadName as e:
+        raise TestbedError(f"the testbed's inventory: {e}") from None
 
 
 class HostScheduler:

@@ -36,6 +36,8 @@ def copy_command(python: str, run_id: str, base: str, args, inputs: dict[str, st
         "--results", f"{base}/results", "--work", f"{base}/work",
         "--records", str(max(args.records * 3, 600)), "--period-ms", str(args.send_ms),
         "--warmup-s", "0", "--drain-s", "10", "--cpu-latency", "off",
+        # a copy runs beside the run it disturbs (and beside the other copies) by design
+        "--concurrent",
         "--data", inputs["data"], "--model", inputs["model"],
         "--kafka-libs", inputs["kafka_libs"], "--connector-dir", inputs["connector_dir"],
     ]  # fmt: skip

@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .names import check_name
+
 # States a neighbour VM is held in by the hypervisor. absent and shutdown are the same to the
 # hypervisor (no vCPU exists); both are accepted because the study's tables name both.
 VM_STATES = ("absent", "shutdown", "paused", "idle")
@@ -211,6 +213,7 @@ class Load:
     """One group of loads as one stress-ng process on this machine."""
 
     def __init__(self, group: Group, cpus: str | None, work: Path, name: str) -> None:
+        check_name(name, "a load's name")  # its files are work/<name>.yaml and .log
         if not group.is_load:
             raise NoiseError(f"{group.state} is a VM's state, not a load")
         if shutil.which("stress-ng") is None:

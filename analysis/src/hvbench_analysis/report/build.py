@@ -105,10 +105,10 @@ def read_runs(results: Path, names: list[str], include_failed: bool = False) -> 
         raise SystemExit(f"report: no results folder {results}")
     runs = load_runs(run_dirs(results, names), include_warmup=True, include_failed=include_failed)
     if runs.runs.empty and runs.left_out:
-        states = "; ".join(f"{r.run_id}: {r.state}" for r in runs.left_out)
+        states = "; ".join(f"{r.run_id}: {r.state}, {r.reason}" for r in runs.left_out)
         raise SystemExit(
-            f"report: no completed runs in {results} ({states}); --include-failed "
-            "(make report INCLUDE_FAILED=1) reports them"
+            f"report: no completed runs with measured samples in {results} ({states}); "
+            "--include-failed (make report INCLUDE_FAILED=1) reports failed and interrupted ones"
         )
     if runs.runs.empty:
         reasons = "; ".join(f"{n}: {r}" for n, r in runs.skipped) or "no run directories"

@@ -15,7 +15,7 @@ from hvbench_analysis import (
     hdr,
     tables,
 )
-from hvbench_analysis.load import Runs, config_label
+from hvbench_analysis.load import LeftOut, Runs, config_label
 from hvbench_analysis.report.page import OutDirs, Page, safe_name
 
 
@@ -50,18 +50,21 @@ def intro_section(page: Page, runs: Runs, results: Path) -> None:
 
 
 def left_out_section(page: Page, runs: Runs, tables_dir: Path) -> None:
-    """Runs that failed or were interrupted: what they were and why they stopped. Their
-    samples are in their run directories; --include-failed puts them in the statistics."""
-    if not runs.left_out:
+    """Every run left out, and why: failed or interrupted, no measured sample, unreadable.
+    Their files stay in their run directories; --include-failed puts the failed and
+    interrupted ones in the statistics."""
+    unreadable = [(name, "", "unreadable", None, why) for name, why in runs.skipped]
+    if not runs.left_out and not unreadable:
         return
     page.h(2, "Runs left out of the statistics")
-    left_out = pd.DataFrame(runs.left_out)
+    left_out = pd.DataFrame([*runs.left_out, *unreadable], columns=LeftOut._fields)
     page.table(left_out, "runs_left_out")
     tables.write(left_out, tables_dir, "runs_left_out")
     page.p(
-        "These runs did not complete: what they measured until they stopped is in their run "
-        "directories, and --include-failed (make report INCLUDE_FAILED=1) puts it in the "
-        "statistics, flagged.",
+        "A run that did not complete is left out unless --include-failed (make report "
+        "INCLUDE_FAILED=1), which puts what it measured until it stopped in the statistics, "
+        "flagged; a run whose received records all fell in its warm-up (or that received "
+        "none) has no measured sample; an unreadable run's files are missing or malformed.",
         "note",
     )
 
