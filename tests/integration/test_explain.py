@@ -16,13 +16,13 @@ from hvbench_harness import run
 
 pytestmark = pytest.mark.integration
 
-BUDGET_US, PERIOD_US = 4000, 100000  # 4 ms of each 100 ms per thread
+BUDGET_US, PERIOD_US = 3000, 100000  # 3 ms of each 100 ms per thread: a backlog of seconds
 
 
 @pytest.fixture(scope="module")
 def starved_run(small_data, small_model, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("explain")
-    args = run_args(tmp_path, small_data[0], small_model, "--run-id", "starved", records=240)
+    args = run_args(tmp_path, small_data[0], small_model, "--run-id", "starved", records=360)
     args += ["--sched", "deadline", "--budget", str(BUDGET_US), "--period", str(PERIOD_US)]
     args += ["--trace", "--baseline", "--baseline-s", "3", "--drain-s", "60"]
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
@@ -76,7 +76,7 @@ def test_the_report_explains_the_stalls_made_on_purpose(starved_run, tmp_path):
         f"{legs['output leg p99 (ms)']:.1f} ms; bound {bound['Bound (ms)']:.1f} ms, max "
         f"{bound['Max (ms)']:.1f} ms; timer max {noise['timer max (ms)']:.3f} ms"
     )
-    # with 4 ms of every 100 the threads are throttled most of the time: the slowest records
+    # with 3 ms of every 100 the threads are throttled most of the time: the slowest records
     # spent most of their latency with a job thread waiting for its budget
     assert len(records) == explained["tail records"] > 0
     assert explained["mean explained (%)"] > 50
@@ -86,3 +86,21 @@ def test_the_report_explains_the_stalls_made_on_purpose(starved_run, tmp_path):
     for heading in ("Tails explained by the scheduler trace", "Noise floor", "stage legs"):
         assert heading in page
     assert list((out / "figures").glob("trace_starved_*.png"))
+
+
+def test_a_starved_job_is_slow_not_stalled(starved_run):
+    """The reservation is far below the job's needs: results come late, a backlog of seconds
+    builds (12 to 16 s on our machines, longer than the stall limit; printed, not asserted),
+    but they come, and the progress watch does not take that for a stall: the run completes
+    with no fault."""
+    code, _, results = starved_run
+    meta = json.loads((results / "meta.json").read_text())
+    counts, limit = meta["counts"], meta["watch"]["stall_s"]
+    assert code == 0 and meta["status"]["state"] == "completed" and meta["faults"] == []
+    assert limit == 8.0 and counts["received"] == counts["sent"] == 360
+    samples = pd.read_csv(results / "samples.csv")
+    late = (samples.received_ns.max() - samples.sent_ns.max()) / 1e9
+    print(
+        f"\nstarved run: max latency {meta['latency']['max_ms'] / 1000:.1f} s, the last result "
+        f"{late:.1f} s after the last send, stall limit {limit:g} s"
+    )

@@ -7,8 +7,9 @@ the Flink job → a readiness probe through the job → the scheduler setting, r
 consumer → producers → drain → tear down (also on Ctrl-C or error) → account for every record →
 results/<run-id>/ → summary.
 
-While it runs, the broker and the job are watched: a part that dies ends the run at once with
-the reason (Kafka is first restarted on its data, BROKER_RESTARTS times). A run that started
+While it runs, the broker and the job are watched: a part that dies, is stopped or hangs ends
+the run at once with the reason (Kafka is first restarted on its data, BROKER_RESTARTS times),
+and so do STALL_S seconds without a result while the producers send. A run that started
 sending always writes results/<run-id>/, with meta.json `status` completed, failed or
 interrupted, the counts so far and every sample received. Exit code: 0 completed with every
 record accounted for, 2 completed with records unaccounted for, 1 failed, 130 interrupted.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -37,28 +39,40 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
 from hvbench_agent import tuning
+from hvbench_agent.names import BadName, check_name
 from hvbench_agent.power import validate_policy
 from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, Setting, validate
 from hvbench_analysis import results as results_contract
-from hvbench_analysis import stages
 from hvbench_job.session import SessionError
 from hvbench_load import probe
 from hvbench_load.broker import BrokerError
 from hvbench_load.consumer import CONSUMER_CONFIG
-from hvbench_load.probe import probe_record
-from hvbench_load.producers import PRODUCER_CONFIG, SENDING, send_offset_ns
+from hvbench_load.producers import PRODUCER_CONFIG, RAMP_START, SENDING, send_offset_ns
 
 import tsc_timer
-from hvbench_harness import accounting, inventory, meta, neighbours, spec
+from hvbench_harness import accounting, inventory, meta, neighbours, rawfiles, spec
 from hvbench_harness import target as targets
 from hvbench_harness.accounting import pair_file
 from hvbench_harness.cpu import PartCpu
-from hvbench_harness.parts import Parts, RunError, line_queue, log, next_line, stop_process, tail
+from hvbench_harness.parts import (
+    Parts,
+    RunError,
+    line_queue,
+    log,
+    next_line,
+    stop_process,
+    stopped_part,
+    tail,
+)
+from hvbench_harness.readiness import parse_require
+from hvbench_harness.runlocks import hold, registered_machines
 from hvbench_harness.target import CALIBRATION, TOPICS, Target
 from hvbench_harness.testbed import TARGETS, Machine, TestbedError, inventory_target
 
@@ -98,6 +112,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="check the request, print its target and stop (make run does, before the inputs)",
     )
     args = p.parse_args(spec.assignments_to_flags(sys.argv[1:] if argv is None else argv))
+    if args.host:  # checked before the one-off inventory is written with it
+        check_host(args.host)
     if args.host or args.inventory:  # HOST: the one-off inventory (inventory.py)
         args.inventory = inventory.hosts_file(args.inventory, args.host, args.target)
     return args
@@ -105,21 +121,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> Setting:
     """The requested settings on their own (no machine is looked at): the scheduler setting
-    for the target, or RunError. Campaigns check every point with this before running any."""
+    for the target, or RunError. Every check of a field that needs no machine is here, so that
+    --validate-only (make run, before the inputs are built) and campaigns (every point, before
+    running any) refuse every bad value."""
+    check_names(args)
     if args.target is None:
+        if args.inventory and not Path(args.inventory).exists():
+            raise RunError(f"INVENTORY={args.inventory}: no such file or directory")
         args.target = inventory_target(args.inventory) if args.inventory else "bare"
     if args.target not in TARGETS:
         raise RunError(f"unknown TARGET {args.target!r}; valid: {', '.join(TARGETS)}")
-    if args.records <= 0 or args.send_ms <= 0 or args.warmup < 0 or args.malformed < 0:
-        raise RunError("RECORDS and the send period must be positive, WARMUP and MALFORMED ≥ 0")
-    if not 0 <= args.ramp <= args.warmup:
-        raise RunError("RAMP must lie within the warm-up: 0 ≤ RAMP ≤ WARMUP")
-    if args.rep is not None and args.rep < 1:
-        raise RunError("REP (the repetition number) must be ≥ 1")
+    check_numbers(args)
     neighbours.check_request(args)
     check_scale(args)
     check_network(args)
     check_load(args)
+    check_measures(args)
+    try:
+        parse_require(args.require)
+    except ValueError as e:
+        raise RunError(str(e)) from None
     setting = validate(
         BACKEND_OF_TARGET[args.target],
         args.sched,
@@ -134,6 +155,10 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
     )
     args.policy = validate_policy(args.governor, args.max_cstate, args.turbo)
     if args.target == "bare":
+        try:
+            tuning.parse_cpu_latency(args.cpu_latency)
+        except tuning.TuningError as e:
+            raise RunError(str(e)) from None
         return setting
     if need_inventory and not args.inventory:
         raise RunError(f"TARGET={args.target} needs the testbed: HOST=<host> or INVENTORY=<dir>")
@@ -143,6 +168,100 @@ def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> S
             "make provision (host_tuning)"
         )
     return setting
+
+
+def check_host(host: str) -> None:
+    """HOST is [user@]host, each part a name (hvbench_agent.names): it goes into the one-off
+    inventory and into every SSH command."""
+    user, at, name = host.rpartition("@")
+    try:
+        check_name(name, "HOST")
+        if at:
+            check_name(user, "HOST's user")
+    except BadName as e:
+        raise RunError(f"{e} (HOST is [user@]host)") from None
+
+
+def check_names(args: argparse.Namespace) -> None:
+    """RUN_ID (and the campaign a run belongs to) are names: they become folders here and on
+    every guest (hvbench_agent.names)."""
+    try:
+        if args.run_id is not None:
+            check_name(args.run_id, "RUN_ID")
+        if getattr(args, "campaign", None) is not None:
+            check_name(args.campaign, "the campaign's name")
+    except BadName as e:
+        raise RunError(str(e)) from None
+
+
+# Numbers with a lower bound: > 0, or ≥ 0 (each named by its Make variable when refused).
+POSITIVE = ("records", "send_ms", "baseline_s")
+NOT_NEGATIVE = ("warmup", "ramp", "malformed", "drain", "broker_restarts")
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Counts and durations in their ranges, finite; RAMP within the warm-up; REP ≥ 1."""
+    for name in POSITIVE + NOT_NEGATIVE:
+        value, make = getattr(args, name), spec.BY_NAME[name].make
+        if not math.isfinite(value):
+            raise RunError(f"{make} must be a finite number, not {value}")
+        if name in POSITIVE and not value > 0:
+            raise RunError(f"{make} must be > 0, not {value:g}")
+        if name in NOT_NEGATIVE and not value >= 0:
+            raise RunError(f"{make} must be ≥ 0, not {value:g}")
+    if not args.ramp <= args.warmup:
+        raise RunError("RAMP must lie within the warm-up: 0 ≤ RAMP ≤ WARMUP")
+    if args.stall_s is not None and not (math.isfinite(args.stall_s) and args.stall_s > 0):
+        raise RunError(f"STALL_S must be a finite number of seconds > 0, not {args.stall_s:g}")
+    if args.rep is not None and args.rep < 1:
+        raise RunError("REP (the repetition number) must be ≥ 1")
+
+
+def check_measures(args: argparse.Namespace) -> None:
+    """RunError if every record would be sent within the warm-up, so that nothing would be
+    measured: the message says how many records the warm-up takes, the smallest RECORDS that
+    measures something and the WARMUP these RECORDS would need. The schedule is the
+    producers' (one pair's): detector j sends its records from its staggered offset, at
+    send_offset_ns (the ramp included); a record is warm-up if it is due within WARMUP of the
+    first."""
+    detectors = spec.DETECTORS[args.network]
+    period_ns = max(1, round(args.send_ms * 1e6))
+    ramp_ns, warmup_ns = round(args.ramp * 1e9), round(args.warmup * 1e9)
+    slots = args.producers if args.messages == "group" else detectors
+    offsets = [(j % slots) * period_ns // slots for j in range(detectors)]
+    # each detector's first record past the warm-up: its index i, which needs i + 1 records
+    first_measured = [first_due_at(warmup_ns - offset, period_ns, ramp_ns) for offset in offsets]
+    per_detector = [
+        args.records // detectors + (j < args.records % detectors) for j in range(detectors)
+    ]
+    if any(count > i for count, i in zip(per_detector, first_measured, strict=True)):
+        return
+    smallest = min(i * detectors + j + 1 for j, i in enumerate(first_measured))
+    last_ns = max(
+        offset + send_offset_ns(count - 1, period_ns, ramp_ns)
+        for offset, count in zip(offsets, per_detector, strict=True)
+        if count > 0
+    )
+    raise RunError(
+        f"RECORDS={args.records} measures nothing: the warm-up (WARMUP={args.warmup:g} s) takes "
+        f"the first {sum(first_measured)} records ({detectors} detectors every "
+        f"{args.send_ms:g} ms); give RECORDS={smallest} or more, or WARMUP="
+        f"{math.floor(last_ns / 1e7) / 100:g} or less"
+    )
+
+
+def first_due_at(at_ns: int, period_ns: int, ramp_ns: int) -> int:
+    """The index of a detector's first record due at or after at_ns from its start."""
+    low, high = 0, 1
+    while send_offset_ns(high, period_ns, ramp_ns) < at_ns:
+        low, high = high, high * 2
+    while low < high:
+        middle = (low + high) // 2
+        if send_offset_ns(middle, period_ns, ramp_ns) < at_ns:
+            low = middle + 1
+        else:
+            high = middle
+    return low
 
 
 def check_scale(args: argparse.Namespace) -> None:
@@ -231,16 +350,35 @@ def check_settings(args: argparse.Namespace) -> tuple[Setting, tuning.CpuLatency
 
 
 def run(args: argparse.Namespace) -> int:
-    """One run, as its steps. Every part it starts is torn down on the way out (Parts)."""
+    """One run: checked, then run while it holds its machines in the run registry
+    (runlocks: refused if another run holds one, unless CONCURRENT=1)."""
     setting, cpu_latency = check_settings(args)
-    run_id = args.run_id or default_run_id(args.target, setting)
-    results, work = Path(args.results) / run_id, Path(args.work) / run_id
+    run_id = check_name(args.run_id or default_run_id(args.target, setting), "RUN_ID")
+    results, work = under(args.results, run_id), under(args.work, run_id)
     for taken in (results, work):
         if taken.exists():
             raise RunError(f"{taken} exists already; choose another RUN_ID")
+    machines = registered_machines(args.target, args.inventory)
+    with hold(run_id, machines, forced=args.concurrent) as held:
+        return run_held(args, (setting, cpu_latency), (run_id, results, work), held)
+
+
+def under(folder: str, name: str) -> Path:
+    """folder/name, which must lie in folder once both are resolved (RunError otherwise)."""
+    path = Path(folder) / name
+    if Path(folder).resolve() not in path.resolve().parents:
+        raise RunError(f"{path} does not lie in {folder}: RUN_ID must be a name")
+    return path
+
+
+def run_held(args: argparse.Namespace, checked: tuple, names: tuple, held) -> int:
+    """The run's steps, while it holds its machines (`held`, whose record is meta.json
+    `concurrent`). Every part it starts is torn down on the way out (Parts)."""
+    (setting, cpu_latency), (run_id, results, work) = checked, names
     target = targets.choose(args, run_id, work, setting, cpu_latency)
     work.mkdir(parents=True, exist_ok=True)
     meta_doc = begin_meta(args, run_id, setting, target)
+    meta_doc["concurrent"] = held.record  # the runs seen at the start; at the end: below
     status = meta_doc["status"]
     interrupt = Interrupt()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -249,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
     error = None
     try:
         with parts:
-            measure(args, setting, target, parts, meta_doc)
+            measure(args, setting, target, parts, meta_doc, held.glance)
         status["state"] = "completed"
     except KeyboardInterrupt:
         mark_interrupted(status)
@@ -260,15 +398,22 @@ def run(args: argparse.Namespace) -> int:
             status.update(state="failed", reason=str(e))
             log(f"run failed while {status['phase']}: {str(e).splitlines()[0]}; tearing down")
             error = e
+        elif status["phase"] in SENDING_PHASES:  # a defect of ours: what was sent is kept
+            status.update(
+                state="failed", reason=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()
+            )
+            log(f"run failed while {status['phase']} ({type(e).__name__}: {e}); tearing down")
         else:
             raise
     finally:
         log("torn down: " + (", ".join(parts.stopped) or "nothing was left running"))
+        meta_doc["teardown"] = parts.verify(target.own_processes())  # none may be left
     if status["phase"] not in SENDING_PHASES and status["state"] != "completed":
         if error is not None:
             raise error
         log(f"interrupted before sending: nothing measured (partial files stay in {work})")
         return 130
+    held.look_again()  # the other runs live at the end, in meta.json `concurrent`
     return finish(args, target, work, results, meta_doc)
 
 
@@ -281,10 +426,16 @@ def enter(meta_doc: dict, phase: str) -> None:
 
 
 def measure(
-    args: argparse.Namespace, setting: Setting, target: Target, parts: Parts, meta_doc: dict
+    args: argparse.Namespace,
+    setting: Setting,
+    target: Target,
+    parts: Parts,
+    meta_doc: dict,
+    glance: Callable[[], None],
 ) -> None:
     """Calibrate, start Kafka and the job, apply the setting and read it back, send every
-    record and drain; meta_doc gets what each step found."""
+    record and drain (glancing at the other runs on the machine); meta_doc gets what each
+    step found."""
     run_id = meta_doc["run_id"]
     log(
         f"run {run_id}: {args.records} records from {spec.DETECTORS[args.network]} detectors "
@@ -329,7 +480,7 @@ def measure(
     parts.on_teardown(target.energy.stop)
     target.energy.start()
     producers = [start_producers(target, parts, bootstrap, run_id, k) for k in pairs]
-    steal = drain(args, target, parts, (job, consumers, producers), meta_doc)
+    steal = drain(args, target, parts, (job, consumers, producers), meta_doc, glance)
     target.energy.stop()
     if args.trace:
         target.stop_trace()
@@ -341,10 +492,11 @@ def measure(
         meta_doc["power"]["at_end"] = target.power.read()
 
 
-def job_clock(samples, target: Target) -> dict:
-    """meta.json `clock.job`: how the job's stamps relate to the run's clock. TaskManagers
-    on several machines stamp on as many clocks, whose offsets the records cannot tell apart:
-    the stage legs are then left unknown (the latencies themselves are unaffected)."""
+def job_clock_unknown(target: Target) -> dict | None:
+    """meta.json `clock.job` where the job's stamps cannot be related to the run's clock,
+    else None (the samples tell how: stages.clock_relation). TaskManagers on several machines
+    stamp on as many clocks, whose offsets the records cannot tell apart: the stage legs are
+    then left unknown (the latencies themselves are unaffected)."""
     if target.job_clocks > 1 and not target.job_shares_clock:
         reason = (
             f"the job's TaskManagers run on {target.job_clocks} machines, each stamping on "
@@ -354,7 +506,7 @@ def job_clock(samples, target: Target) -> dict:
     if (machines := len({m.ssh for m in target.client_machines()})) > 1:
         reason = f"the client pairs stamp on {machines} machines' clocks"
         return {"method": "none", "known": False, "reason": reason}
-    return stages.clock_relation(samples, target.job_shares_clock)
+    return None
 
 
 def default_run_id(target: str, setting: Setting) -> str:
@@ -502,11 +654,77 @@ def start_consumer(target: Target, parts: Parts, bootstrap: str, pair: int, watc
     return consumer, lines
 
 
-def watch(target: Target, job: subprocess.Popen) -> None:
-    """RunError at once if the job or the broker is gone (the broker after its restarts)."""
-    reason = target.part_gone(job)
+def watch(target: Target, job: subprocess.Popen, clients: dict | None = None) -> None:
+    """RunError at once if the job or the broker is gone or hung (the broker after its
+    restarts), or one of the `clients` (producers, consumers here) is stopped."""
+    reason = target.part_gone(job) or stopped_part(clients or {})
     if reason:
-        raise RunError(reason)
+        raise noticed(reason)
+
+
+def noticed(reason: str) -> RunError:
+    """The fault that ends the run, logged when it is noticed (before the teardown)."""
+    log(f"noticed: {reason.splitlines()[0]}")
+    return RunError(reason)
+
+
+# After a broker restart the clients reconnect before results come again: librdkafka's
+# reconnect backoff grows up to 10 s (reconnect.backoff.max.ms), the stall clock waits as long.
+RECONNECT_S = 10.0
+STALL_GAPS = 4  # a stall lasts at least this many of the longest gaps between two sends
+
+
+class Stall:
+    """No result (nor dead letter) for `limit_s` seconds while the producers send: the job,
+    or Kafka between it and the consumers, makes no progress. A slow job still makes some."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s, self.results, self.quiet_since = limit_s, 0, time.monotonic()
+
+    def progress(self, progress: dict, now: float) -> None:
+        """The consumers' progress (relay): results and dead letters so far."""
+        results = sum(got + letters for got, _, letters in progress.values())
+        if results > self.results:
+            self.results, self.quiet_since = results, now
+
+    def hold(self, until: float) -> None:
+        """No result can come before `until` (sending starts, Kafka restarts)."""
+        self.quiet_since = max(self.quiet_since, until)
+
+    def check(self, now: float, progress: dict) -> str | None:
+        if now - self.quiet_since <= self.limit_s:
+            return None
+        totals = [sum(figures) for figures in zip(*progress.values(), strict=True)]
+        got, due, letters = totals or [0, "?", 0]  # no progress line yet: none received
+        return (
+            f"no result for {now - self.quiet_since:.0f} s while the producers were sending "
+            f"(received {got} of {due}, dead letters {letters}): the Flink job, or Kafka "
+            f"between it and the consumer, makes no progress (STALL_S={self.limit_s:g})"
+        )
+
+
+def stall_limit(args: argparse.Namespace, target: Target) -> float:
+    """STALL_S, else the target's; never under STALL_GAPS of the longest gap between two
+    sends (a detector's send period; at the start of a ramp, the slower rate's)."""
+    gap_s = args.send_ms / 1000 / (RAMP_START if args.ramp > 0 else 1)
+    return max(args.stall_s or target.stall_s, STALL_GAPS * gap_s)
+
+
+def client_pids(target: Target, consumers: list, producers: list) -> dict[str, list[int]]:
+    """The producers' and consumers' processes that run here and have not ended (those
+    in guests are watched through their progress only)."""
+    here = [not m.remote for m in target.client_machines()]
+    alive = [
+        (name, proc)
+        for pair, local in enumerate(here)
+        if local
+        for name, proc in (("the producers", producers[pair]), ("the consumer", consumers[pair][0]))
+    ]
+    found: dict[str, list[int]] = {}
+    for name, proc in alive:
+        if proc.returncode is None:
+            found.setdefault(name, []).append(proc.pid)
+    return found
 
 
 def start_producers(
@@ -544,11 +762,17 @@ def start_producers(
 
 
 def drain(
-    args: argparse.Namespace, target: Target, parts: Parts, procs, meta_doc: dict
+    args: argparse.Namespace,
+    target: Target,
+    parts: Parts,
+    procs,
+    meta_doc: dict,
+    glance: Callable[[], None],
 ) -> dict | None:
     """Relay the consumers' progress until each has its pair's records, or until DRAIN seconds
-    after the producers finished, watching the job and the broker; the steal time while the
-    producers sent (None if the consumers were first)."""
+    after the producers finished, watching the parts (watch) and, while the producers send,
+    the results' progress (Stall) and the other runs on the machine (glance); the steal time
+    while the producers sent (None if the consumers were first)."""
     job, consumers, producers = procs
     machines = target.machines()
     started = time.monotonic()
@@ -556,13 +780,17 @@ def drain(
     pids = target.part_pids(job, {"producers": producers, "consumer": [c for c, _ in consumers]})
     usage, sending, progress = PartCpu(pids), False, {}
     drain_deadline, steal, warmed_up = None, None, 0.0
+    stall = Stall(stall_limit(args, target))
+    meta_doc["watch"] = {"stall_s": stall.limit_s}
     while any(c.poll() is None for c, _ in consumers):
         time.sleep(0.2)
         relay(consumers, progress, started)
+        stall.progress(progress, time.monotonic())
         if not sending and SENDING in (parts.work / "producers.out").read_text(errors="replace"):
             usage, sending = PartCpu(pids), True  # from here: loading the data is not sending
             target.energy.mark("sending")
             warmed_up = time.monotonic() + args.warmup
+            stall.hold(time.monotonic())
         if sending and drain_deadline is None and time.monotonic() >= warmed_up:
             target.energy.mark("measured")
         usage.sample()  # before the poll below reaps the producers
@@ -573,7 +801,12 @@ def drain(
             steal = target.steal(
                 {m.name: tuning.steal_between(cpu_at_start[m.name], cpu_times(m)) for m in machines}
             )
-        watch(target, job)
+        watch(target, job, client_pids(target, consumers, producers))
+        glance()
+        if target.broker_restarting():
+            stall.hold(time.monotonic() + RECONNECT_S)
+        if sending and drain_deadline is None and (why := stall.check(time.monotonic(), progress)):
+            raise noticed(why)
         if drain_deadline is not None and time.monotonic() > drain_deadline:
             for consumer, _ in consumers:
                 stop_process(consumer, 60)
@@ -636,26 +869,72 @@ def reset_scheduler(target: Target, parts: Parts) -> None:
         log(f"resetting the scheduler setting failed: {e} (run make sched ACTION=reset)")
 
 
+# What finish() does after the sending, in order: a run whose results could not be made is
+# written as failed in one of these steps (its status.phase), with its raw files.
+FINISHING = ("saving the raw files", "collecting the run's facts", "accounting", "summarizing")
+WRITING = "writing the results"
+
+
 def finish(
     args: argparse.Namespace, target: Target, work: Path, results: Path, meta_doc: dict
 ) -> int:
     """Account for every record, write results/<run-id>/ and print the summary; also for a
-    run that failed or was interrupted while sending (its status says so)."""
+    run that failed or was interrupted while sending (its status says so). meta_doc is saved
+    beside the raw files first (rawfiles.save): whatever fails after that, results/<run-id>/
+    is written as failed with the raw files (finish_failed), or, where it cannot be written
+    (a full disk), `work` stays and the error says how to account it again."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # what was measured is written first
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    run_id = meta_doc["run_id"]
-    samples, counts, _ = accounting.account(
-        work, run_id, round(args.warmup * 1e9), probe_record(run_id), args.clients
-    )
-    latency = accounting.latency_stats(samples)
+    step, accounted = FINISHING[0], None
+    try:
+        how = accounting_how(args, target)
+        rawfiles.save(work, meta_doc, how)
+        step = FINISHING[1]
+        gather(args, target, work, meta_doc)
+        saved = rawfiles.save(work, meta_doc, how)
+        step = FINISHING[2]
+        accounted = rawfiles.account(work, saved)
+        step = FINISHING[3]
+        summary = summary_lines(results, accounted.counts, accounted.meta)
+    except Exception as e:
+        return finish_failed(args, work, results, meta_doc, (step, e), accounted)
+    try:
+        logs = run_logs(work, args.clients)
+        rawfiles.write(results, accounted.meta, accounted.samples, work, logs, keep_raw=False)
+    except OSError as e:
+        raise RunError(not_written(results, work, e)) from None
+    except Exception as e:
+        return finish_failed(args, work, results, meta_doc, (WRITING, e), accounted)
+    shutil.rmtree(work, ignore_errors=True)
+    print("\n".join(summary))
+    return exit_code(accounted.meta, accounted.counts)
+
+
+def exit_code(meta_doc: dict, counts: accounting.Counts) -> int:
+    """0 completed with every record accounted for, 2 completed with some not, 1 failed,
+    130 interrupted."""
+    return EXIT_CODES.get(meta_doc["status"]["state"], 0 if counts.accounted else 2)
+
+
+def accounting_how(args: argparse.Namespace, target: Target) -> dict:
+    """What accounting needs beyond the raw files and meta.json (rawfiles.account)."""
+    return {
+        "warmup_ns": round(args.warmup * 1e9),
+        "pairs": args.clients,
+        "job_clock": job_clock_unknown(target),
+        "job_shares_clock": target.job_shares_clock,
+    }
+
+
+def gather(args: argparse.Namespace, target: Target, work: Path, meta_doc: dict) -> None:
+    """What the target knows of the run that the raw files do not, into meta_doc: the end,
+    the faults, the machines' facts, the energy, the trace, the settings; the energy samples
+    and the trace go into `work` as files."""
     facts = collect_facts(target)
     meta_doc.update(
         {
             "ended_at": datetime.now(UTC).isoformat(),
             "faults": target.faults(),
-            "counts": counts.as_dict(),
-            "latency": latency,
-            "latency_from_intended": accounting.latency_stats(samples, "latency_from_intended_ns"),
             "warmup_excluded_s": args.warmup,
             "clients": {"producer": PRODUCER_CONFIG, "consumer": CONSUMER_CONFIG},
             "job": read_json(work / "job-settings.json"),
@@ -665,31 +944,75 @@ def finish(
             "git": meta.collect_git(),
         }
     )
-    meta_doc["energy"] = target.energy.summary({"run": counts.sent, "measured": counts.measured})
+    meta_doc["energy"] = target.energy.summary({})  # the records per window come with the counts
     (work / results_contract.ENERGY).write_text(target.energy.samples_csv())
     meta_doc.setdefault("clock", {})["stamps"] = stamps_text(args.clients, facts)
-    meta_doc["clock"]["job"] = job_clock(samples, target)
-    names = RUN_LOGS + tuple(pair_file(n, k) for k in range(1, args.clients) for n in PAIR_LOGS)
+    keep_trace(target, work, meta_doc)
+
+
+def run_logs(work: Path, pairs: int) -> list[Path]:
+    """The parts' own logs in `work`, for results/<run-id>/logs/."""
+    names = RUN_LOGS + tuple(pair_file(n, k) for k in range(1, pairs) for n in PAIR_LOGS)
     logs = [work / name for name in names if (work / name).exists()]
     logs += sorted((work / "flink-log").glob("*.log")) + sorted(work.glob("noise-*.log"))
     logs += sorted(work.glob("workload-*.log")) + sorted(work.glob("kafka/node-*/broker-*.log"))
-    letters = work / "dead_letters.jsonl"
-    trace = keep_trace(target, work, meta_doc)
-    baseline = work / results_contract.BASELINE
-    results_contract.write_run(
-        results,
-        meta_doc,
-        samples,
-        dead_letters=letters if letters.exists() else None,
-        logs=logs,
-        sched_trace=trace,
-        baseline=baseline if baseline.exists() else None,
-        energy=work / results_contract.ENERGY,
-    )
+    return logs
+
+
+def finish_failed(
+    args: argparse.Namespace,
+    work: Path,
+    results: Path,
+    meta_doc: dict,
+    failure: tuple[str, Exception],
+    accounted: rawfiles.Accounted | None,
+) -> int:
+    """results/<run-id>/ of a run whose results could not be made: status failed, in the
+    step that failed, with the reason and the traceback; the counts and samples only if
+    accounting made them (never invented); the raw files as they are in raw/. Exit code 1."""
+    step, error = failure
+    trace = "".join(traceback.format_exception(error))
+    doc = accounted.meta if accounted is not None else dict(meta_doc)
+    if accounted is None:
+        doc.update(counts=None, latency=None, latency_from_intended=None)
+    before = meta_doc["status"]
+    doc["status"] = {
+        "state": "failed",
+        "reason": finishing_reason(step, error, before),
+        "phase": step,
+        "traceback": trace,
+        "before": before,
+    }
+    log(f"{step} failed: {type(error).__name__}: {error}; the raw files go into the results")
+    print(trace, file=sys.stderr, end="")
+    samples = accounted.samples if accounted is not None and step != WRITING else None
+    try:
+        rawfiles.write(results, doc, samples, work, run_logs(work, args.clients), keep_raw=True)
+    except Exception as e:  # a full disk (OSError), or what failed before fails again
+        raise RunError(not_written(results, work, e)) from None
     shutil.rmtree(work, ignore_errors=True)
-    print_summary(results, counts, latency, meta_doc)
-    state = meta_doc["status"]["state"]
-    return EXIT_CODES.get(state, 0 if counts.accounted else 2)
+    raw = results / results_contract.RAW
+    print(f"\nresults: {results}/\n  RUN FAILED: {doc['status']['reason']}")
+    print(f"  the raw files are in {raw}/; account them again: {rawfiles.again(raw)}")
+    return EXIT_CODES["failed"]
+
+
+def finishing_reason(step: str, error: Exception, before: dict) -> str:
+    """status.reason of a run whose results could not be made, with how the run had ended."""
+    ended = f"the run had {before['state']}"
+    if before["state"] != "completed":
+        first = str(before.get("reason") or "").splitlines()[:1]
+        ended += f" while {before['phase']}" + (f" ({first[0]})" if first else "")
+    first = str(error).splitlines()[:1]
+    return f"{step} failed: {type(error).__name__}{': ' + first[0] if first else ''} ({ended})"
+
+
+def not_written(results: Path, work: Path, error: Exception) -> str:
+    """Why results/<run-id>/ is not there, where the raw files are and how to account them."""
+    return (
+        f"writing {results}/ failed: {error}; nothing was left there. The run's raw files are "
+        f"in {work}/: account them again with {rawfiles.again(work, results.parent)}"
+    )
 
 
 def stamps_text(pairs: int, facts: dict) -> str:
@@ -727,7 +1050,12 @@ def collect_facts(target: Target) -> dict:
 
 
 def read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.exists() else None
+    """A part's JSON file; None if absent, what is wrong with it if it cannot be read (a part
+    stopped while writing it)."""
+    try:
+        return json.loads(path.read_text()) if path.exists() else None
+    except (OSError, ValueError) as e:
+        return {"error": f"{path.name} cannot be read: {e}"}
 
 
 def relay(consumers: list, progress: dict, started: float) -> None:
@@ -750,58 +1078,62 @@ def relay(consumers: list, progress: dict, started: float) -> None:
         log(f"  {text}")
 
 
-def print_summary(results: Path, counts: accounting.Counts, latency: dict, meta_doc: dict) -> None:
-    status = meta_doc["status"]
-    print(f"\nresults: {results}/")
+def summary_lines(results: Path, counts: accounting.Counts, meta_doc: dict) -> list[str]:
+    """The summary a run ends with (made before the results are written: a failure in it is
+    the run's, with the raw files kept)."""
+    status, latency = meta_doc["status"], meta_doc["latency"]
+    lines = [f"\nresults: {results}/"]
     if status["state"] != "completed":
-        print(f"  RUN {status['state'].upper()}: {status['reason'].splitlines()[0]}")
-        print("  (what it measured until then is written, marked as such)")
-    print(
+        lines.append(f"  RUN {status['state'].upper()}: {status['reason'].splitlines()[0]}")
+        lines.append("  (what it measured until then is written, marked as such)")
+    lines.append(
         f"  sent {counts.sent}  received {counts.received}  missing {counts.missing}  "
         f"undelivered {counts.undelivered}  duplicated {counts.duplicated}  "
         f"dead-lettered (injected) {counts.malformed_dead_lettered}/{counts.malformed_sent}"
     )
     if latency.get("n"):
-        print(
+        lines.append(
             f"  latency over {latency['n']} records (warm-up excluded {counts.warmup}): "
             f"p50 {latency['p50_ms']:.2f} ms  p99 {latency['p99_ms']:.2f} ms  "
             f"p99.9 {latency['p99.9_ms']:.2f} ms  max {latency['max_ms']:.2f} ms"
         )
-    print_steal(meta_doc.get("steal_while_sending"))
-    print_energy(meta_doc.get("energy") or {})
+    lines += steal_lines(meta_doc.get("steal_while_sending"))
+    lines += energy_lines(meta_doc.get("energy") or {})
     for fault in meta_doc.get("faults", []):
-        print(f"  fault: {fault['part']} {fault['event']}: {fault['detail']}")
+        lines.append(f"  fault: {fault['part']} {fault['event']}: {fault['detail']}")
     if counts.foreign():
-        print(f"  {counts.foreign()}")
+        lines.append(f"  {counts.foreign()}")
     if counts.accounted:
-        print("  every record accounted for")
+        lines.append("  every record accounted for")
     else:
-        print("  UNACCOUNTED RECORDS: " + "; ".join(counts.problems()))
+        lines.append("  UNACCOUNTED RECORDS: " + "; ".join(counts.problems()))
+    return lines
 
 
-def print_energy(energy: dict) -> None:
+def energy_lines(energy: dict) -> list[str]:
     measured = (energy.get("windows") or {}).get("measured")
     if not energy.get("available"):
-        print(f"  energy: not available ({energy.get('reason')})")
-    elif measured:
-        per_record = measured["joules_per_record"]
-        print(
-            f"  energy over the measured window: {measured['joules']:.1f} J in "
-            f"{measured['seconds']:.1f} s, {measured['mean_w']:.1f} W"
-            + (f", {per_record * 1000:.2f} mJ per record" if per_record else "")
-        )
+        return [f"  energy: not available ({energy.get('reason')})"]
+    if not measured:
+        return []
+    per_record = measured["joules_per_record"]
+    return [
+        f"  energy over the measured window: {measured['joules']:.1f} J in "
+        f"{measured['seconds']:.1f} s, {measured['mean_w']:.1f} W"
+        + (f", {per_record * 1000:.2f} mJ per record" if per_record else "")
+    ]
 
 
-def print_steal(steal: dict | None) -> None:
+def steal_lines(steal: dict | None) -> list[str]:
     """One figure for this machine, or one per machine of a testbed."""
     per_machine = {"": steal} if steal and "steal_s" in steal else (steal or {})
-    for name, figure in per_machine.items():
-        if figure["steal_s"] > 0:
-            where = f" from {name}" if name else ""
-            print(
-                f"  the hypervisor took {figure['steal_pct']:.2f} % of CPU time{where} "
-                "while sending (steal)"
-            )
+    return [
+        f"  the hypervisor took {figure['steal_pct']:.2f} % of CPU time"
+        + (f" from {name}" if name else "")
+        + " while sending (steal)"
+        for name, figure in per_machine.items()
+        if figure["steal_s"] > 0
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
