@@ -3,6 +3,7 @@ lock for the tests that set this machine's idle states, and a run registry of ea
 own."""
 
 import fcntl
+import subprocess
 from datetime import date
 
 import pytest
@@ -56,3 +57,22 @@ def own_run_registry(tmp_path, monkeypatch):
     that tests start on two workers (pytest-xdist), or beside a real run on this machine, do
     not see each other. (A module's shared run, set up before this, uses the machine's.)"""
     monkeypatch.setenv(runlocks.ENV, str(tmp_path / "run-registry"))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs: a full disk for a run's results (about 200 KB); skipped where a tmpfs
+    cannot be mounted (it needs root)."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"a tmpfs cannot be mounted here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import signal
-import subprocess
 
 import pandas as pd
 import pytest
@@ -129,24 +128,6 @@ def accounting_fails(monkeypatch):
         raise OverflowError("Python int too large to convert to C long")
 
     monkeypatch.setattr(accounting, "account", fail)
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 64 KiB tmpfs: a full disk for results of about 200 KB."""
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"a tmpfs cannot be mounted here (needs root): {mounted.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 def test_a_finished_run_is_accounted_and_its_work_folder_goes(bare_run):

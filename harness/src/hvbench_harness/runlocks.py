@@ -27,14 +27,13 @@ import fcntl
 import json
 import os
 import secrets
-import subprocess
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from hvbench_harness.parts import RunError
-from hvbench_harness.testbed import REPO, TestbedError, ansible_tool
+from hvbench_harness.testbed import group_hosts, read_inventory
 
 ENV = "HVBENCH_RUNS_DIR"
 FOLDERS = (Path("/run/lock/hvbench"), Path(tempfile.gettempdir()) / "hvbench-runs")
@@ -74,27 +73,10 @@ def testbed_hosts(inventory: str | None, target: str) -> list[str]:
     by port."""
     if not inventory:
         raise RunError(f"TARGET={target} needs the testbed: HOST=<host> or INVENTORY=<dir>")
-    proc = subprocess.run(
-        [ansible_tool("ansible-inventory"), "-i", inventory, "--list"],
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )
-    if proc.returncode != 0:
-        raise TestbedError(f"ansible-inventory cannot read {inventory}:\n{proc.stderr.strip()}")
-    doc = json.loads(proc.stdout)
+    doc = read_inventory(inventory)
     hostvars = (doc.get("_meta") or {}).get("hostvars") or {}
-
-    def hosts(group: str) -> set[str]:
-        found = set(doc.get(group, {}).get("hosts", []))
-        for child in doc.get(group, {}).get("children", []):
-            found |= hosts(child)
-        return found
-
     found = []
-    for host in hosts(f"{target}_hosts"):
+    for host in group_hosts(doc, f"{target}_hosts"):
         facts = hostvars.get(host) or {}
         found.append(f"{facts.get('ansible_host', host)}:{facts.get('ansible_port', 22)}")
     return sorted(found)

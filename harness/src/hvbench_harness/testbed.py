@@ -402,8 +402,19 @@ HYPERVISOR_GROUPS = {"kvm_hosts": "kvm", "xen_hosts": "xen"}
 
 def inventory_target(inventory: str) -> str:
     """The target an inventory implies: kvm or xen when its hosts are in kvm_hosts or xen_hosts,
-    bare when it lists none (the sample inventory). Read here with ansible-inventory; no host is
-    contacted."""
+    bare when it lists none (the sample inventory). No host is contacted."""
+    doc = read_inventory(inventory)
+    found = {target for group, target in HYPERVISOR_GROUPS.items() if group_hosts(doc, group)}
+    if len(found) > 1:
+        raise TestbedError(
+            f"{inventory} has hosts in both kvm_hosts and xen_hosts; TARGET=kvm or xen picks one"
+        )
+    return found.pop() if found else "bare"
+
+
+def read_inventory(inventory: str) -> dict:
+    """The inventory as `ansible-inventory --list` reads it (groups, and host variables under
+    _meta); TestbedError if there is none or Ansible cannot read it. No host is contacted."""
     if not Path(inventory).exists():
         raise TestbedError(f"no inventory at {inventory}")
     proc = subprocess.run(
@@ -416,21 +427,15 @@ def inventory_target(inventory: str) -> str:
     )
     if proc.returncode != 0:
         raise TestbedError(f"ansible-inventory cannot read {inventory}:\n{proc.stderr.strip()}")
-    groups = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
 
-    def hosts(group: str) -> set[str]:
-        doc = groups.get(group, {})
-        found = set(doc.get("hosts", []))
-        for child in doc.get("children", []):
-            found |= hosts(child)
-        return found
 
-    found = {target for group, target in HYPERVISOR_GROUPS.items() if hosts(group)}
-    if len(found) > 1:
-        raise TestbedError(
-            f"{inventory} has hosts in both kvm_hosts and xen_hosts; TARGET=kvm or xen picks one"
-        )
-    return found.pop() if found else "bare"
+def group_hosts(doc: dict, group: str) -> set[str]:
+    """The hosts of an inventory group (read_inventory's), its child groups' included."""
+    found = set(doc.get(group, {}).get("hosts", []))
+    for child in doc.get(group, {}).get("children", []):
+        found |= group_hosts(doc, child)
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
