@@ -124,9 +124,9 @@ class BootWatch:
     is silent for at most 9 s, Linux or Xen (measured here at 1 s steps: 44 s and 73 s to the
     login prompt). At most `resets` stalls are answered."""
 
-    def __init__(self, stall: float = 90, resets: int = 3) -> None:
+    def __init__(self, stall: float = 90, resets: int = 3, booting: bool = True) -> None:
         self.stall, self.resets_left = stall, resets
-        self.booting = True
+        self.booting = booting  # False for a VM restored running: its console starts silent
         self.tail = b""  # the end of what came before, for a marker split across two reads
         self.last_output: float | None = None
 
@@ -308,24 +308,18 @@ class HostVM:
     def monitor(self) -> Path:
         return self.work / "monitor.sock"
 
-    def start(self, timeout: float = 300) -> None:
+    def start(self, timeout: float = 300, restore: Path | None = None) -> None:
+        """Boot the image, or with `restore` a saved machine (layers.Layer: its disk and its
+        RAM and devices, which QEMU reads back instead of booting)."""
         self.work.mkdir(parents=True, exist_ok=True)
         overlay = self.work / "overlay.qcow2"
+        backing = (restore / "disk.qcow2", "qcow2") if restore else (self.image / "disk.raw", "raw")
         subprocess.run(
-            [
-                "qemu-img",
-                "create",
-                "-q",
-                "-f",
-                "qcow2",
-                "-F",
-                "raw",
-                "-b",
-                str(self.image / "disk.raw"),
-                str(overlay),
-            ],
+            ["qemu-img", "create", "-q", "-f", "qcow2", "-F", backing[1], "-b", str(backing[0]),
+             str(overlay)],
             check=True,
-        )
+        )  # fmt: skip
+        incoming = ["-incoming", f"exec:cat {restore / 'state'}"] if restore else []
         self.process = subprocess.Popen(
             [
                 "qemu-system-x86_64",
@@ -349,21 +343,68 @@ class HostVM:
                 "none",
                 "-serial",
                 f"file:{self.console}",
-                # the human monitor, for sysrq dumps when the host stops answering
+                # the human monitor, for sysrq dumps when the host stops answering, and to
+                # save the machine
                 "-monitor",
                 f"unix:{self.monitor},server=on,wait=off",
+                *incoming,
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=open(self.work / "qemu.err", "wb"),  # noqa: SIM115
             start_new_session=True,
         )
-        threading.Thread(target=self._watch_boots, args=(self.process,), daemon=True).start()
+        watch = BootWatch(booting=restore is None)
+        threading.Thread(target=self._watch_boots, args=(self.process, watch), daemon=True).start()
         try:
+            if restore:
+                self._resume_restored(timeout)
             self._wait_for_ssh(timeout)
+            if restore:
+                self.sync_clock()
         except BaseException:
             self.kill()  # never leave a QEMU behind
             raise
+
+    def _resume_restored(self, timeout: float) -> None:
+        """Run the machine once QEMU has read it back: it was saved paused, and comes back
+        paused."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise HostVMError("QEMU exited: " + (self.work / "qemu.err").read_text())
+            try:
+                status = self.monitor_query("info status").strip()
+            except OSError:
+                status = ""  # the monitor's socket is not there yet
+            if status == "VM status: paused":  # not "paused (inmigrate)": read back
+                self.monitor_query("cont")
+                return
+            if status == "VM status: running":
+                return
+            time.sleep(1)
+        raise HostVMError(f"the saved machine was not read back within {timeout:.0f} s")
+
+    def sync_clock(self) -> None:
+        """Set the host's clock to this machine's: a restored machine's clock stands where it
+        was saved. (Its own guests' clocks are not set: the tests stamp nothing in them.)"""
+        self.ssh(f"date -s @{time.time():.3f} >/dev/null", timeout=60)
+
+    def save(self, out: Path) -> None:
+        """Save the running machine into `out`: its RAM and devices (`state`, QEMU's migration
+        stream through exec:, as this QEMU has no file: migration) and its disk as it stands
+        (`disk.qcow2`, an overlay on the cached image). The machine is paused meanwhile, so
+        the two agree, and then goes on."""
+        out.mkdir(parents=True, exist_ok=True)
+        self.monitor_query("stop")
+        try:
+            self.monitor_query(f'migrate "exec:cat > {out / "state"}"', timeout=1800)
+            status = self.monitor_query("info migrate")
+            if "Migration status: completed" not in status:
+                raise HostVMError("saving the machine failed:\n" + status)
+            shutil.copyfile(self.work / "overlay.qcow2", out / "disk.qcow2")
+        finally:
+            self.monitor_query("cont")
 
     def _link_args(self) -> list[str]:
         """The link between host VMs: UDP datagrams between two ports on 127.0.0.1, so either
@@ -389,10 +430,10 @@ class HostVM:
             f"ip address replace {address}/24 dev $nic && ip link set $nic up"
         )
 
-    def _watch_boots(self, process: subprocess.Popen, every: float = 2) -> None:
+    def _watch_boots(self, process: subprocess.Popen, watch: BootWatch, every: float = 2) -> None:
         """Reset the VM when a boot stalls (see BootWatch), the first boot or a reboot: the
         playbook or the test waiting for it then sees a slower boot, not a dead host."""
-        watch, offset = BootWatch(), 0
+        offset = 0
         while process.poll() is None:
             try:
                 with self.console.open("rb") as console:
@@ -552,6 +593,28 @@ class HostVM:
             s.connect(str(self.monitor))
             s.sendall(f"{command}\n".encode())
             time.sleep(0.5)
+
+    def monitor_query(self, command: str, timeout: float = 60) -> str:
+        """Give QEMU's human monitor one command and return what it answered (up to its next
+        prompt)."""
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(timeout)
+            s.connect(str(self.monitor))
+            answer = self._read_to_prompt(s)  # the banner
+            s.sendall(f"{command}\n".encode())
+            answer = self._read_to_prompt(s)
+        # the monitor echoes the command with terminal escapes before answering
+        return answer.split("\r\n", 1)[-1].removesuffix("(qemu) ")
+
+    @staticmethod
+    def _read_to_prompt(s: socket.socket) -> str:
+        data = b""
+        while not data.endswith(b"(qemu) "):
+            chunk = s.recv(65536)
+            if not chunk:
+                raise HostVMError("QEMU's monitor closed: " + data.decode(errors="replace"))
+            data += chunk
+        return data.decode(errors="replace")
 
     def kill(self) -> None:
         if self.process and self.process.poll() is None:

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 from hostvm import (
+    HOLD_STATIC_KEYS_UNIT,
     KVM_HOST_LINUX_ARGS,
     SLOW_GUEST_KERNEL_ARGS,
     ControllerSSH,
@@ -34,6 +35,7 @@ from hvbench_analysis.results import BASELINE
 from hvbench_harness import hosttrace, run
 from hvbench_harness.testbed import resolve
 from hvbench_harness.workload_copy import RemoteWorkloadCopy
+from layers import Layer
 
 pytestmark = pytest.mark.testbed
 
@@ -42,6 +44,7 @@ VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 CACHE = Path(os.environ.get("HVBENCH_TEST_CACHE", "/var/cache/hvbench-test"))
 NEIGHBOUR = "hvbench-neighbour-0"
 REALTIME = ["hvbench-realtime", "hvbench-realtime-2"]  # the job runs in the first
+HOST_VM = {"cpus": 4, "memory_mb": 6144, "cpu": "max"}
 # its disk holds the image's 8 GB file system (a smaller overlay is refused)
 NEIGHBOURS = {"count": 1, "vcpus": 1, "memory_mb": 512, "disk_gb": 8, "placement": [1]}
 # the neighbour VM shares CPU 1 with the messaging VM: on the real-time VM's CPU it would stop
@@ -103,14 +106,7 @@ def with_workload(inventory: Path, controller: ControllerSSH) -> None:
     # win over the inventory's group_vars/all.yml
     install_dir, run_dir = workload_dirs_of(inventory)
     dirs = {"hvbench_install_dir": str(install_dir), "hvbench_run_dir": str(run_dir)}
-    # the guests and the neighbour VM are the inventory's, as on a lab host: make run and make
-    # sched read them from there (a playbook's -e is seen by that playbook only)
-    # The real-time profile's run-time part alone until the module's last test, which reboots
-    # the host into its kernel command line (rt_profile_boot): the deadline tests need CPUs 2
-    # and 3 in the scheduler's domains. In the inventory, so that make check ENFORCE=1 sees it.
-    doc["kvm_hosts"]["hosts"]["testhost"].update(
-        dirs, hvbench_guests=guests(), hvbench_neighbours=NEIGHBOURS, rt_profile_boot=False
-    )
+    doc["kvm_hosts"]["hosts"]["testhost"].update(dirs, **testhost_vars())
     # this machine plays the guests: its own kernel settings are left alone (the guests'
     # real-time profile would turn RT throttling, and with it deadline admission, off here)
     here = controller.inventory_host(
@@ -122,6 +118,16 @@ def with_workload(inventory: Path, controller: ControllerSSH) -> None:
     # too (the nested neighbour itself stays small: a workload under nested TCG takes an hour)
     doc["workload_neighbour_vms"] = {"hosts": {"controller": here}}
     inventory.write_text(json.dumps(doc))
+
+
+def testhost_vars() -> dict:
+    """The host's own variables in the test's inventory. The guests and the neighbour VM are
+    the inventory's, as on a lab host: make run and make sched read them from there (a
+    playbook's -e is seen by that playbook only). The real-time profile's run-time part alone
+    until the module's last test, which reboots the host into its kernel command line
+    (rt_profile_boot): the deadline tests need CPUs 2 and 3 in the scheduler's domains. In the
+    inventory, so that make check ENFORCE=1 sees it."""
+    return {"hvbench_guests": guests(), "hvbench_neighbours": NEIGHBOURS, "rt_profile_boot": False}
 
 
 def workload_dirs_of(inventory: Path) -> tuple[Path, Path]:
@@ -158,18 +164,47 @@ def guest_bundle(out: Path, model: Path, data: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory, small_model, small_data):
+def image() -> Path:
     agent_wheel()
-    image = build_image(CACHE, linux_args=KVM_HOST_LINUX_ARGS)
+    return build_image(CACHE, linux_args=KVM_HOST_LINUX_ARGS)
+
+
+@pytest.fixture(scope="module")
+def layer(image) -> Layer:
+    """The provisioned host of this module (layers.py), by the key of what provisioning reads
+    here; the workload installed on the controller is not in it (see `host`)."""
+    inputs = {
+        "image": image.name,
+        "vm": HOST_VM,
+        "hold_static_keys": HOLD_STATIC_KEYS_UNIT,
+        "vars": small_testbed_vars(image.parent / "id_ed25519"),
+        "host": testhost_vars(),
+    }
+    covers = [
+        test_provision_sets_up_the_host_and_the_guests,
+        test_second_provision_changes_nothing,
+        test_the_profile_reboots_the_host_into_its_kernel_isolation_and_reads_it_back,
+    ]
+    return Layer(CACHE, "kvm", inputs, covers)
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory, small_model, small_data, image, layer):
+    """The host VM, booted from the image, or restored provisioned from the module's layer.
+    Restored, the controller's part of provisioning (the guest roles: the workload installed
+    here, from this checkout's bundle) runs for real first, as it does in the first provision."""
     work = tmp_path_factory.mktemp("hostvm")
     bundle = guest_bundle(work, small_model, small_data[0])
-    vm = HostVM(image, work, cpus=4)
-    vm.start()
-    try:
-        vm.hold_static_keys()
-    except BaseException:
-        vm.kill()  # never leave a QEMU behind
-        raise
+    vm = HostVM(image, work, cpus=HOST_VM["cpus"], memory_mb=HOST_VM["memory_mb"])
+    if layer.hit():
+        vm.start(restore=layer.restore_from())  # hold-static-keys runs in it already
+    else:
+        vm.start()
+        try:
+            vm.hold_static_keys()
+        except BaseException:
+            vm.kill()  # never leave a QEMU behind
+            raise
     inventory = work / "inventory"
     inventory.mkdir()
     os.symlink(REPO / "inventory/sample/group_vars", inventory / "group_vars")
@@ -184,6 +219,14 @@ def host(tmp_path_factory, small_model, small_data):
     with_workload(inventory / "hosts.yml", controller)
     extra = work / "test-vars.yml"
     extra.write_text(yaml.safe_dump(small_testbed_vars(vm.key, bundle)))
+    if layer.restored:
+        code, out, _ = run_playbook(
+            vm, inventory / "hosts.yml", extra, "provision.yml", "--limit", "controller"
+        )
+        if code != 0:
+            controller.stop()
+            vm.kill()
+            raise AssertionError("the workload's install on the controller failed:\n" + out[-6000:])
     yield vm, inventory / "hosts.yml", extra
     controller.stop()
     vm.stop()
@@ -198,7 +241,16 @@ def on_host(host, command: str) -> str:
     return host[0].ssh(command).stdout
 
 
+# What provisioning writes on the host, listed with sizes and times: a refused provision leaves
+# it as it was (nothing on a fresh host; a restored one keeps its own).
+PROVISIONED_FILES = (
+    "find /etc/systemd/system/hvbench-tuning.service /var/lib/hvbench /etc/hvbench"
+    " -printf '%p %s %T@\\n' 2>/dev/null | sort"
+)
+
+
 def test_bad_pinning_is_refused_before_anything_is_touched(host):
+    before = on_host(host, PROVISIONED_FILES)
     code, out, counts = playbook(
         host,
         "provision.yml",
@@ -207,18 +259,17 @@ def test_bad_pinning_is_refused_before_anything_is_touched(host):
     )
     assert code != 0 and "vCPUs are pinned one to one" in out
     assert counts["changed"] == 0
-    assert (
-        on_host(
-            host, "ls /etc/systemd/system/hvbench-tuning.service /var/lib/hvbench 2>&1 || true"
-        ).count("No such file")
-        == 2
-    )
+    assert on_host(host, PROVISIONED_FILES) == before
 
 
-def test_provision_sets_up_the_host_and_the_guests(host):
-    code, out, counts = playbook(host, "provision.yml")
-    assert code == 0, out[-6000:]
-    assert counts["failed"] == 0 and counts["changed"] > 0
+def test_provision_sets_up_the_host_and_the_guests(host, layer):
+    """The first provision, then the host as it left it. Restored from the module's layer, the
+    provision is the layer's (made by this test on a fresh host, same key) and the host's
+    checks run on the restored machine."""
+    if not layer.restored:
+        code, out, counts = playbook(host, "provision.yml")
+        assert code == 0, out[-6000:]
+        assert counts["failed"] == 0 and counts["changed"] > 0
     assert on_host(host, "systemctl is-enabled hvbench-tuning libvirtd").split() == [
         "enabled",
         "enabled",
@@ -235,12 +286,16 @@ def test_provision_sets_up_the_host_and_the_guests(host):
         "Autostart:",
         "yes",
     ]
+    layer.save(host[0])
 
 
-def test_second_provision_changes_nothing(host):
+def test_second_provision_changes_nothing(host, layer):
+    layer.cover("test_second_provision_changes_nothing")
     code, out, counts = playbook(host, "provision.yml")
     assert code == 0, out[-6000:]
     assert counts["changed"] == 0, out[-6000:]
+    layer.prove("test_second_provision_changes_nothing")
+    layer.complete()
 
 
 def test_the_real_time_profile_isolates_the_real_time_vms_cpus_and_reads_back(host):
@@ -867,12 +922,14 @@ def test_teardown_leaves_the_host_clean(host):
     assert on_host(host, partition).strip() in ("member", "gone")
 
 
-def test_the_profile_reboots_the_host_into_its_kernel_isolation_and_reads_it_back(host):
+def test_the_profile_reboots_the_host_into_its_kernel_isolation_and_reads_it_back(host, layer):
     """rt_profile_boot on the host, which boots through GRUB: make check ENFORCE=1's playbook
     (--tags tuning) writes isolcpus, nohz_full, rcu_nocbs and irqaffinity to a GRUB drop-in,
     runs update-grub and reboots; the kernel's own files and the agent's readback show CPUs 2
     and 3 isolated, and a second run changes nothing. Last in the module: the deadline tests
     above need those CPUs in the scheduler's domains, and no guest is left to restart."""
+    name = "test_the_profile_reboots_the_host_into_its_kernel_isolation_and_reads_it_back"
+    layer.cover(name)
     boot_id = "cat /proc/sys/kernel/random/boot_id"
     before = on_host(host, boot_id)
     enforce = ("--tags", "tuning", "-e", json.dumps({"rt_profile_boot": True}))
@@ -895,3 +952,4 @@ def test_the_profile_reboots_the_host_into_its_kernel_isolation_and_reads_it_bac
     # applied at boot by its unit: the role's own apply finds nothing left to change
     code, out, counts = playbook(host, "provision.yml", *enforce)
     assert code == 0 and counts["changed"] == 0, out[-6000:]
+    layer.prove(name)

@@ -46,6 +46,7 @@ from hvbench_analysis import results, sched_trace, synthetic
 from hvbench_harness import readiness
 from hvbench_harness.neighbours import TestbedNoise
 from hvbench_harness.testbed import Machine, Testbed
+from layers import Layer
 
 pytestmark = pytest.mark.testbed
 
@@ -62,6 +63,7 @@ GUESTS = {
     NEIGHBOUR: ("192.168.123.20", [2]),
 }
 POOL = "hvbench-rt"
+HOST_VM = {"cpus": 4, "memory_mb": 6144, "cpu": "max,-xsaves,-xsavec"}
 
 
 def xen_vars(prebuilt: Path, key: Path) -> dict:
@@ -107,12 +109,33 @@ def prebuilt() -> Path:
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory, prebuilt):
+def image() -> Path:
     agent_wheel()
-    image = build_image(CACHE, BASE_PACKAGES + XEN_PACKAGES)
+    return build_image(CACHE, BASE_PACKAGES + XEN_PACKAGES)
+
+
+@pytest.fixture(scope="module")
+def layer(image, prebuilt) -> Layer:
+    """The provisioned Xen host of this module (layers.py), by the key of what provisioning
+    reads here (the hypervisor's build among it, through its folder's key)."""
+    inputs = {
+        "image": image.name,
+        "vm": HOST_VM,
+        "vars": xen_vars(prebuilt, image.parent / "id_ed25519"),
+    }
+    covers = [test_provision_boots_the_rtds_hypervisor, test_second_provision_changes_nothing]
+    return Layer(CACHE, "xen", inputs, covers)
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory, prebuilt, image, layer):
+    """The host VM, booted from the image, or restored provisioned (Xen and its guests
+    running) from the module's layer."""
     work = tmp_path_factory.mktemp("xenhost")
-    vm = HostVM(image, work, cpus=4, cpu="max,-xsaves,-xsavec")
-    vm.start()
+    vm = HostVM(
+        image, work, cpus=HOST_VM["cpus"], memory_mb=HOST_VM["memory_mb"], cpu=HOST_VM["cpu"]
+    )
+    vm.start(restore=layer.restore_from() if layer.hit() else None)
     inventory = work / "inventory"
     inventory.mkdir()
     os.symlink(REPO / "inventory/sample/group_vars", inventory / "group_vars")
@@ -148,7 +171,13 @@ def xen_sched(host, verb: str, *args: str) -> tuple[int, dict | None, str]:
     return proc.returncode, out, proc.stdout + proc.stderr
 
 
+# What provisioning writes on the host, listed with sizes and times: a refused provision leaves
+# it as it was (nothing on a fresh host; a restored one keeps its own).
+PROVISIONED_FILES = "find /etc/hvbench /etc/xen/auto -printf '%p %s %T@\\n' 2>/dev/null | sort"
+
+
 def test_bad_guest_settings_are_refused_before_anything_is_touched(host):
+    before = on_host(host, PROVISIONED_FILES).stdout
     guests = xen_vars(Path("/nonexistent"), host[0].key)["hvbench_guests"]
     code, out, counts = playbook(
         host,
@@ -160,7 +189,7 @@ def test_bad_guest_settings_are_refused_before_anything_is_touched(host):
     )
     assert code != 0 and "no guest uses dom0's CPUs (0..0)" in out
     assert counts["changed"] == 0
-    assert on_host(host, "ls /etc/hvbench 2>&1 || true").stdout.count("No such file") == 1
+    assert on_host(host, PROVISIONED_FILES).stdout == before
 
 
 @pytest.mark.parametrize(
@@ -172,19 +201,24 @@ def test_bad_guest_settings_are_refused_before_anything_is_touched(host):
     ],
 )
 def test_bad_neighbour_settings_are_refused_before_anything_is_touched(host, neighbours, message):
+    before = on_host(host, PROVISIONED_FILES).stdout
     code, out, counts = playbook(
         host, "provision.yml", "-e", json.dumps({"hvbench_neighbours": neighbours})
     )
     assert code != 0 and message in out, out[-3000:]
     assert counts["changed"] == 0
-    assert on_host(host, "ls /etc/hvbench 2>&1 || true").stdout.count("No such file") == 1
+    assert on_host(host, PROVISIONED_FILES).stdout == before
 
 
-def test_provision_boots_the_rtds_hypervisor(host, prebuilt):
-    code, out, counts = provision(host)
-    assert code == 0, out[-8000:]
-    assert counts["failed"] == 0 and counts["changed"] > 0
-    assert "Reboot into the hypervisor" in out
+def test_provision_boots_the_rtds_hypervisor(host, prebuilt, layer):
+    """The first provision and the reboot into Xen, then the host as it left it. Restored from
+    the module's layer, the provision is the layer's (made by this test on a fresh host, same
+    key) and the host's checks run on the restored machine."""
+    if not layer.restored:
+        code, out, counts = provision(host)
+        assert code == 0, out[-8000:]
+        assert counts["failed"] == 0 and counts["changed"] > 0
+        assert "Reboot into the hypervisor" in out
     assert on_host(host, "cat /sys/hypervisor/type").stdout.strip() == "xen"
     info = on_host(host, "xl info").stdout
     line = re.search(r"^xen_commandline\s*:\s*(.*)$", info, re.M).group(1)
@@ -208,6 +242,7 @@ def test_provision_boots_the_rtds_hypervisor(host, prebuilt):
     listing = on_host(host, "xl cpupool-list").stdout
     # the real-time VM and the neighbour VM placed on its CPUs
     assert re.search(rf"^{POOL}\s+2\s+credit\s+y\s+2\s*$", listing, re.M), listing
+    layer.save(host[0])
 
 
 def test_the_guests_run_pinned_in_their_pools(host):
@@ -430,11 +465,14 @@ def test_an_hvm_guests_configuration_is_what_xl_takes(host):
     assert "hvbench-hvm-check" not in on_host(host, "xl list").stdout
 
 
-def test_second_provision_changes_nothing(host):
+def test_second_provision_changes_nothing(host, layer):
+    layer.cover("test_second_provision_changes_nothing")
     code, out, counts = provision(host)
     assert code == 0, out[-6000:]
     assert counts["changed"] == 0, out[-6000:]
     assert "Reboot into the hypervisor" in out and "skipping: [testhost]" in out
+    layer.prove("test_second_provision_changes_nothing")
+    layer.complete()
 
 
 def test_the_real_time_profile_holds_in_dom0_after_the_reboot_into_xen(host):

@@ -1,0 +1,157 @@
+"""Provisioned test hosts kept between runs of the testbed tier, by content key.
+
+A module's first provision is its longest step (the host's roles, the guests' first boots, the
+reboot into Xen). After it passes, the module saves its host VM as a layer above the cached
+image: the disk as it stands and the running machine (RAM and devices, guests booted). The
+layer's key is a hash of everything provisioning reads: the roles, the playbooks, the sample
+group_vars, the agent's sources, the test's own inventory and variables, the image and the
+other layers below it (the Xen build, the guest image recipe), and the source of the tests the
+layer stands for. The layer counts only once the module's second provision has changed
+nothing; it is never patched, only made again when its key changes, and only the newest layer
+of each module is kept.
+
+On a hit the module restores the machine in seconds instead of booting and provisioning it;
+every other test then runs for real from the restored machine. The tests that only a fresh
+host can run (the first and second provision, the KVM host's reboot into its kernel isolation)
+say that the layer covered them: its key, its folder and its age, skipped with that reason if
+they passed when the layer was made, failed if they did not. HVBENCH_TESTBED_FRESH=1 makes
+every layer again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAYOUT = 1  # bump when what a layer holds, or how it is made, changes
+# What provisioning reads from the repository (files tracked by git, by content).
+PROVISIONING_INPUTS = [
+    "roles",
+    "playbooks",
+    "inventory/sample/group_vars",
+    "hostagent/src",
+    "hostagent/pyproject.toml",
+    "tests/testbed/hold_static_keys.py",
+]
+FRESH = os.environ.get("HVBENCH_TESTBED_FRESH", "") not in ("", "0")
+REPORT: list[str] = []  # what each module did with its layer, for the tier's summary
+
+
+def files_digest(paths: list[str]) -> str:
+    """A hash of the tracked files under `paths`: their names and contents."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--", *paths], cwd=REPO, capture_output=True, check=True
+    ).stdout
+    digest = hashlib.sha256()
+    for name in sorted(filter(None, listed.split(b"\0"))):
+        digest.update(name + b"\0" + (REPO / name.decode()).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+class Layer:
+    """One module's provisioned host: `kind` names the module, `inputs` its own settings (the
+    inventory, the variables, the images below, the VM's shape), `covers` the tests that the
+    layer stands for on a hit."""
+
+    def __init__(self, cache: Path, kind: str, inputs: dict, covers: list[Callable]) -> None:
+        recipe = {
+            "layout": LAYOUT,
+            "files": files_digest(PROVISIONING_INPUTS),
+            "inputs": inputs,
+            "tests": {test.__name__: inspect.getsource(test) for test in covers},
+        }
+        blob = json.dumps(recipe, sort_keys=True, default=str).encode()
+        self.key = hashlib.sha256(blob).hexdigest()[:16]
+        self.kind, self.cache = kind, cache
+        self.dir = cache / f"{kind}-provisioned-{self.key}"
+        self.proven: list[str] = []  # the covered tests that passed while this layer was made
+        self.restored = False  # True once the module's host was restored from this layer
+        self.saved = False
+
+    @property
+    def record(self) -> Path:
+        return self.dir / "layer.json"
+
+    def hit(self) -> bool:
+        """A complete layer for this key, and no fresh run asked for."""
+        if FRESH or not self.record.exists():
+            return False
+        return json.loads(self.record.read_text()).get("complete", False)
+
+    def restore_from(self) -> Path:
+        """The folder the host VM restores from; the layer's record is read for its tests."""
+        self.proven = json.loads(self.record.read_text())["proven"]
+        self.restored = True
+        REPORT.append(f"restored from {self.describe()}; covered: {', '.join(self.proven)}")
+        return self.dir
+
+    def describe(self) -> str:
+        made = json.loads(self.record.read_text())["made"]
+        age = (time.time() - made) / 3600
+        return f"layer {self.kind} key {self.key} ({self.dir}, made {age:.1f} h ago)"
+
+    def cover(self, test: str) -> None:
+        """In a covered test: on a hit, skip it if it passed when the layer was made (saying
+        so) and fail it if it did not; otherwise the test runs for real."""
+        if not self.restored:
+            return
+        if test in self.proven:
+            pytest.skip(f"covered by {self.describe()}: it passed when the layer was made")
+        pytest.fail(
+            f"{test} did not pass when {self.describe()} was made: run the tier with "
+            "HVBENCH_TESTBED_FRESH=1"
+        )
+
+    def prove(self, test: str) -> None:
+        """A covered test passed on a fresh host: the layer keeps it."""
+        if self.restored:
+            return
+        self.proven.append(test)
+        if self.saved:
+            self._write(complete=self._complete())
+
+    def save(self, vm) -> None:
+        """Save the module's host VM (hostvm.HostVM.save), after its first provision passed;
+        incomplete until complete() (the second provision)."""
+        if self.restored:
+            return
+        partial = self.dir.with_name(self.dir.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        vm.save(partial)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        partial.rename(self.dir)
+        self.saved = True
+        self._write(complete=False)
+        REPORT.append(f"made {self.describe()}")
+        for old in self.cache.glob(f"{self.kind}-provisioned-*"):
+            if old != self.dir:  # only the newest layer of a module is kept
+                shutil.rmtree(old, ignore_errors=True)
+
+    def complete(self) -> None:
+        """The second provision changed nothing: from now on the layer is a hit."""
+        if self.saved:
+            self._write(complete=True)
+
+    def _complete(self) -> bool:
+        return json.loads(self.record.read_text()).get("complete", False)
+
+    def _write(self, complete: bool) -> None:
+        made = json.loads(self.record.read_text())["made"] if self.record.exists() else None
+        record = {
+            "kind": self.kind,
+            "key": self.key,
+            "made": made or time.time(),
+            "complete": complete,
+            "proven": self.proven,
+        }
+        self.record.write_text(json.dumps(record, indent=1))
