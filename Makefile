@@ -334,7 +334,7 @@ test: lint kafka flink-connector browser rt-tools iptables ## lint, unit tests a
 # the KVM host's). docs/testing.md has the figures.
 test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM, then Xen; then real campaigns here
 	$(PY) -m pytest -q -rs -m "testbed and not two_hosts" --durations=15 tests/testbed
-	$(PY) -m pytest -q -m slow --durations=5 tests/integration
+	$(PY) -m pytest -q -m "slow and not testbed" --durations=15
 
 # Two QEMU hosts as one KVM testbed (tests/testbed/test_two_hosts.py): about 17 minutes on two
 # cores, more than CI's time allows, so run on its own.

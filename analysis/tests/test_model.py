@@ -77,6 +77,7 @@ def test_the_inputs_are_what_varies_and_the_rest_is_held(fitted):
     assert fitted.inputs.ranges["rate"] == (60.0, 120.0)
 
 
+@pytest.mark.slow  # a model fit per held-out configuration: the slow tier
 def test_held_out_configurations_are_predicted_within_a_known_error(table):
     forms, validation = model.choose_forms(table)  # as make model chooses them
     assert forms["p99"].analytic == "bound"  # the relation's tail comes from the bound
@@ -213,6 +214,7 @@ def test_runs_that_do_not_differ_cannot_be_modelled(tmp_path):
         model.fit(model.run_table(load_runs(run_dirs(tmp_path))))
 
 
+@pytest.mark.slow  # a whole synthetic campaign fitted and reported: the slow tier
 def test_model_fit_saves_beside_the_runs_and_the_report_shows_model_and_advice(tmp_path, capsys):
     budgets = (10_000, 30_000, 50_000, 70_000, 90_000)
     results = write_grid(tmp_path / "results", budgets=budgets, reps=1)

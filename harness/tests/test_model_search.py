@@ -98,6 +98,7 @@ def full_grid_advice(tmp_path_factory):
     return {r: advice.advise(fitted, asked | {"rate": r}, slo, VALUES).value for r in RATES}
 
 
+@pytest.mark.slow  # a whole adaptive campaign: the slow tier
 def test_the_search_needs_fewer_runs_than_the_grid_for_the_same_advice(searched, full_grid_advice):
     code, index, _, _ = searched
     assert code == 0
@@ -113,6 +114,7 @@ def test_the_search_needs_fewer_runs_than_the_grid_for_the_same_advice(searched,
     assert {v for v in found.values()} | {v - 10_000 for v in found.values()} <= budgets
 
 
+@pytest.mark.slow  # a whole adaptive campaign: the slow tier
 def test_the_search_keeps_every_step_and_saves_the_model_beside_the_runs(searched):
     _, index, folder, _ = searched
     search = index["search"]
@@ -126,6 +128,7 @@ def test_the_search_keeps_every_step_and_saves_the_model_beside_the_runs(searche
     assert doc["runs"] == search["runs"] and search["model"] == str(folder / "model")
 
 
+@pytest.mark.slow  # a whole adaptive campaign: the slow tier
 def test_a_resumed_search_replays_and_runs_nothing_again(searched):
     _, _, folder, tmp = searched
     before = json.loads((folder / "campaign.json").read_text())
@@ -174,6 +177,7 @@ def test_the_plan_says_the_most_it_will_run_against_the_grid(tmp_path):
     assert "(the full grid: 18)" in text
 
 
+@pytest.mark.slow  # a whole adaptive campaign: the slow tier
 def test_the_report_shows_the_search_its_runs_and_its_advice(searched, tmp_path):
     from hvbench_analysis import report
 

@@ -4,7 +4,9 @@ real in tests/testbed/test_provision_kvm.py."""
 
 import json
 import os
+import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -69,9 +71,19 @@ def test_the_tether_passes_the_exit_code_on():
     assert proc.wait(10) == 3
 
 
+def catches(pid: int, sig: int) -> bool:
+    """Whether the process has a handler for `sig` (its SigCgt mask in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M).group(1), 16)
+    return bool(mask >> (sig - 1) & 1)
+
+
 def test_sigterm_to_the_tether_ends_the_command():
     proc = tethered("sleep", "300")
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while not catches(proc.pid, signal.SIGTERM):  # the tether's handler is in place
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
     proc.terminate()
     assert proc.wait(10) == 128 + 15
 
@@ -140,6 +152,7 @@ def test_ssh_commands_come_from_ansibles_connection_variables():
     assert testbed.realtime.ssh[-1] == "root@192.168.123.11"
 
 
+@pytest.mark.integration  # a real Kafka broker
 def test_a_served_broker_reports_itself_and_stops_when_the_tether_closes(tmp_path):
     proc = tethered(
         sys.executable,
@@ -168,6 +181,7 @@ def test_a_served_broker_reports_itself_and_stops_when_the_tether_closes(tmp_pat
         socket.create_connection((host, int(port)), timeout=2)
 
 
+@pytest.mark.integration  # a real Kafka broker
 def test_a_served_broker_reports_its_restart_and_says_when_it_is_gone_for_good(tmp_path):
     """What a testbed run reads from the messaging VM's broker: one JSON line when a restart
     begins, one per fault."""

@@ -24,6 +24,24 @@ def test_the_command_line_refuses_before_looking_for_libvirt(capsys):
     assert err.startswith("hvbench-agent: SCHED=cfs: BUDGET 200000 us > PERIOD 100000 us")
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sched", "read", "--backend", "kvm", "--domain", "../etc/x"],
+        ["sched", "reset", "--backend", "xen", "--domain", "rt", "--pool", "p;reboot"],
+        ["domains", "hold", "--backend", "xen", "--state", "paused", "--domain", "a b"],
+        ["trace", "--backend", "kvm", "--domain", "rt", "--out", "t", "--clock-of", "$(id)"],
+        ["xen", "pool-destroy", "--pool=-rf"],
+    ],
+)
+def test_a_domain_or_pool_that_is_not_a_name_is_refused_before_any_tool_runs(argv, capsys):
+    """Names go into xl and virsh command lines as root: the one rule for names (names.py)."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    assert "is not a name: letters, digits" in capsys.readouterr().err
+
+
 def test_deadline_admission_is_per_partition(monkeypatch):
     values = {linux.RT_RUNTIME_SYSCTL: 950_000, linux.RT_PERIOD_SYSCTL: 10**6}
     monkeypatch.setattr(linux, "read_int", lambda path, default: values[path])

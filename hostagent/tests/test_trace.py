@@ -24,25 +24,30 @@ def test_the_filters_keep_only_the_given_threads():
     assert got["sched/sched_wakeup"] == "pid == 7 || pid == 9"
 
 
-def sleeper(seconds: float, started: threading.Event, tid: list) -> threading.Thread:
-    """A thread that sleeps 1 ms at a time for `seconds`: it switches often."""
+def sleeper(
+    sleeps: int, started: threading.Event, tid: list
+) -> tuple[threading.Thread, threading.Event]:
+    """A thread that sleeps 1 ms `sleeps` times once told to go (the trace started): it
+    switches often, and as often on a busy machine as on an idle one."""
+    go = threading.Event()
 
     def run() -> None:
         tid.append(threading.get_native_id())
         started.set()
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        go.wait(30)
+        for _ in range(sleeps):
             time.sleep(0.001)
 
-    return threading.Thread(target=run, name="hvbench-sleeper")
+    return threading.Thread(target=run, name="hvbench-sleeper"), go
 
 
 def test_a_thread_is_traced_and_the_instance_goes_afterwards():
     started, tid = threading.Event(), []
-    thread = sleeper(0.3, started, tid)
+    thread, go = sleeper(300, started, tid)
     thread.start()
     started.wait(5)
     with trace.SchedTrace("hvbench-test-trace", {tid[0]: "hvbench-sleeper"}, 512) as traced:
+        go.set()
         instance = trace.tracefs() / "instances" / "hvbench-test-trace"
         assert instance.is_dir()
         with pytest.raises(Refused, match="exists"):  # one trace of a name at a time
@@ -53,7 +58,7 @@ def test_a_thread_is_traced_and_the_instance_goes_afterwards():
     assert summary["clock"] in trace.CLOCKS and summary["dropped"] == 0
     assert summary["threads"] == {str(tid[0]): "hvbench-sleeper"}
     lines = [line for line in text.splitlines() if not line.startswith("#")]
-    assert summary["lines"] == len(lines) > 50  # ~300 sleeps of 1 ms, each a switch and a wake
+    assert summary["lines"] == len(lines) > 50  # 300 sleeps of 1 ms, each a switch and a wake
     mine = [f"pid={tid[0]} ", f"prev_pid={tid[0]} ", f"next_pid={tid[0]} "]
     assert all(any(m in line for m in mine) for line in lines)  # only this thread's events
 
@@ -77,10 +82,11 @@ def test_sync_markers_are_stamped_on_the_traces_clock():
     from hvbench_agent import vmtrace
 
     started, tid = threading.Event(), []
-    thread = sleeper(0.2, started, tid)
+    thread, go = sleeper(200, started, tid)
     thread.start()
     started.wait(5)
     with trace.SchedTrace("hvbench-test-marks", {tid[0]: "hvbench-sleeper"}, 512) as traced:
+        go.set()
         for n in range(3):
             traced.mark(f"{vmtrace.MARKER} {n}")
             time.sleep(0.01)

@@ -10,7 +10,8 @@ from driver import leftover_processes, run_args
 from hvbench_harness import run
 from hvbench_job import clients, networks
 
-pytestmark = pytest.mark.integration
+# make test-testbed's slow tier (docs/testing.md)
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RECORDS = 120
 

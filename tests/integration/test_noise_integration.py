@@ -5,6 +5,7 @@ meta.json. A copy of the workload also runs as a testbed starts it in a neighbou
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -14,7 +15,8 @@ from hvbench_harness import run
 from hvbench_harness.testbed import Machine
 from hvbench_harness.workload_copy import RemoteWorkloadCopy
 
-pytestmark = pytest.mark.integration
+# make test-testbed's slow tier (docs/testing.md)
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,10 @@ def test_a_workload_copy_runs_where_the_guest_roles_install_it(small_data, small
     copy = RemoteWorkloadCopy(Machine("neighbour"), request, str(install), str(tmp_path), "c-0")
     copy.start(patience_s=300)
     assert copy.alive() and copy.placement()["pid"] > 0
-    time.sleep(3)
+    deadline = time.monotonic() + 300  # until its first results (its log says so), not a sleep
+    while not re.search(r"received [1-9]\d*/\d+ dead-letters", copy.read_log()):
+        assert time.monotonic() < deadline and copy.alive(), copy.read_log()
+        time.sleep(0.5)
     done = copy.stop()
     assert done["status"]["state"] == "interrupted", done
     assert done["counts"]["received"] > 0 and done["counts"]["accounted"], done

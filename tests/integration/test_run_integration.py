@@ -69,8 +69,9 @@ def test_latencies_are_sane_and_stamped_with_one_clock(plain_run):
     assert (samples.latency_ns > 0).all()
     assert (samples.latency_from_intended_ns >= samples.latency_ns).all()
     latency = meta["latency"]
-    # loose bounds: CI machines are shared; the benchmark measures it properly
-    assert 0.2 < latency["p50_ms"] < 200 and latency["max_ms"] < 5_000
+    # no bound on the values (the machines are shared and noisy; bench/ measures them): the
+    # statistics are the samples' own, in order
+    assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"]
     assert latency["max_ms"] == pytest.approx(
         samples.loc[~samples.warmup, "latency_ns"].max() / 1e6
     )

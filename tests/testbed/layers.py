@@ -3,12 +3,12 @@
 A module's first provision is its longest step (the host's roles, the guests' first boots, the
 reboot into Xen). After it passes, the module saves its host VM as a layer above the cached
 image: the disk as it stands and the running machine (RAM and devices, guests booted). The
-layer's key is a hash of everything provisioning reads: the roles, the playbooks, the sample
-group_vars, the agent's sources, the test's own inventory and variables, the image and the
-other layers below it (the Xen build, the guest image recipe), and the source of the tests the
-layer stands for. The layer counts only once the module's second provision has changed
-nothing; it is never patched, only made again when its key changes, and only the newest layer
-of each module is kept.
+layer's key is a hash of everything the host's provisioning reads: the roles it runs, the
+playbook, the sample group_vars, the agent's sources, the test's own inventory and variables,
+the image and the other layers below it (the Xen build, the guest image recipe), and the source
+of the tests the layer stands for. The layer counts only once the module's second provision has
+changed nothing; it is never patched, only made again when its key changes, and only the newest
+layer of each module is kept.
 
 On a hit the module restores the machine in seconds instead of booting and provisioning it;
 every other test then runs for real from the restored machine. The tests that only a fresh
@@ -34,15 +34,20 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LAYOUT = 1  # bump when what a layer holds, or how it is made, changes
-# What provisioning reads from the repository (files tracked by git, by content).
+# What a host's provisioning reads from the repository (files tracked by git, by content),
+# besides the roles it runs (`host_roles`): the guest roles (kafka, flink, producers, job,
+# testbed_bundle) install on the controller in the tests, not on the host VM.
 PROVISIONING_INPUTS = [
-    "roles",
-    "playbooks",
+    "ansible.cfg",
+    "playbooks/provision.yml",
     "inventory/sample/group_vars",
     "hostagent/src",
     "hostagent/pyproject.toml",
     "tests/testbed/hold_static_keys.py",
 ]
+# The roles the first play of provision.yml runs on every host; each module adds its
+# hypervisor's (kvm_host or xen_host).
+HOST_ROLES = ["guests", "host_tuning", "hvbench_agent", "rt_profile", "guest_image"]
 FRESH = os.environ.get("HVBENCH_TESTBED_FRESH", "") not in ("", "0")
 REPORT: list[str] = []  # what each module did with its layer, for the tier's summary
 
@@ -61,12 +66,15 @@ def files_digest(paths: list[str]) -> str:
 class Layer:
     """One module's provisioned host: `kind` names the module, `inputs` its own settings (the
     inventory, the variables, the images below, the VM's shape), `covers` the tests that the
-    layer stands for on a hit."""
+    layer stands for on a hit, `roles` the module's own roles besides HOST_ROLES."""
 
-    def __init__(self, cache: Path, kind: str, inputs: dict, covers: list[Callable]) -> None:
+    def __init__(
+        self, cache: Path, kind: str, inputs: dict, covers: list[Callable], roles: list[str]
+    ) -> None:
+        paths = PROVISIONING_INPUTS + [f"roles/{role}" for role in HOST_ROLES + roles]
         recipe = {
             "layout": LAYOUT,
-            "files": files_digest(PROVISIONING_INPUTS),
+            "files": files_digest(paths),
             "inputs": inputs,
             "tests": {test.__name__: inspect.getsource(test) for test in covers},
         }

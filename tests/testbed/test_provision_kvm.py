@@ -37,7 +37,7 @@ from hvbench_harness.testbed import resolve
 from hvbench_harness.workload_copy import RemoteWorkloadCopy
 from layers import Layer
 
-pytestmark = pytest.mark.testbed
+pytestmark = [pytest.mark.testbed, pytest.mark.timeout(3600)]
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
@@ -185,7 +185,7 @@ def layer(image) -> Layer:
         test_second_provision_changes_nothing,
         test_the_profile_reboots_the_host_into_its_kernel_isolation_and_reads_it_back,
     ]
-    return Layer(CACHE, "kvm", inputs, covers)
+    return Layer(CACHE, "kvm", inputs, covers, roles=["kvm_host"])
 
 
 @pytest.fixture(scope="module")

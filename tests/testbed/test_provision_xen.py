@@ -48,7 +48,7 @@ from hvbench_harness.neighbours import TestbedNoise
 from hvbench_harness.testbed import Machine, Testbed
 from layers import Layer
 
-pytestmark = pytest.mark.testbed
+pytestmark = [pytest.mark.testbed, pytest.mark.timeout(3600)]
 
 CACHE = Path(os.environ.get("HVBENCH_TEST_CACHE", "/var/cache/hvbench-test"))
 BUILD_SCRIPT = REPO / "roles/xen_host/files/build-xen-hypervisor"
@@ -124,7 +124,7 @@ def layer(image, prebuilt) -> Layer:
         "vars": xen_vars(prebuilt, image.parent / "id_ed25519"),
     }
     covers = [test_provision_boots_the_rtds_hypervisor, test_second_provision_changes_nothing]
-    return Layer(CACHE, "xen", inputs, covers)
+    return Layer(CACHE, "xen", inputs, covers, roles=["xen_host"])
 
 
 @pytest.fixture(scope="module")

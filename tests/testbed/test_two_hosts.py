@@ -32,7 +32,7 @@ from hostvm import (
 )
 from test_provision_kvm import CACHE, guest_bundle, small_testbed_vars, workload_dirs_of
 
-pytestmark = [pytest.mark.testbed, pytest.mark.two_hosts]
+pytestmark = [pytest.mark.testbed, pytest.mark.two_hosts, pytest.mark.timeout(3600)]
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1061,7 +1061,7 @@ def read_json(path: Path) -> dict | None:
 def relay(consumers: list, progress: dict, started: float) -> None:
     """The consumers' lines: their progress (summed over the pairs) on one line, the rest
     logged as they come."""
-    fresh = False
+    fresh, before = False, sum(figures[0] for figures in progress.values())
     for pair, (_, lines) in enumerate(consumers):
         while (line := next_line(lines, 0)) is not None:
             if line.startswith("consumer: received"):
@@ -1074,7 +1074,7 @@ def relay(consumers: list, progress: dict, started: float) -> None:
     text, elapsed = f"received {got}/{due} dead-letters {letters}", time.monotonic() - started
     if sys.stdout.isatty():
         print(f"\r  {text}  ({elapsed:.0f} s)", end="", flush=True)
-    elif int(elapsed) % 10 == 0:
+    elif int(elapsed) % 10 == 0 or (before == 0 and got > 0):  # every 10 s, and the first
         log(f"  {text}")
 
 

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from . import facts, tether
+from .names import BadName, check_name
 from .sched import PARAM_NAMES, Refused, guest_scheduler, validate
 
 SCHED_VERBS = ("validate", "check", "apply", "read", "reset")
@@ -42,18 +43,33 @@ def setting_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, dest=field, type=int, metavar=PARAM_NAMES[field])
 
 
+def name_of(what: str):
+    """An argparse type: a domain or pool name under the one rule for names (names.py), which
+    goes into xl and virsh command lines as root."""
+
+    def check(value: str) -> str:
+        try:
+            return check_name(value, what)
+        except BadName as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return check
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hvbench-agent", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     sched = sub.add_parser("sched", help="a guest's scheduler setting on a hypervisor host")
     sched.add_argument("verb", choices=SCHED_VERBS)
     sched.add_argument("--backend", required=True, choices=("kvm", "xen"))
-    sched.add_argument("--domain", action="append", help="once per real-time VM")
-    sched.add_argument("--pool", help="xen: the domain's cpupool")
+    sched.add_argument(
+        "--domain", action="append", type=name_of("--domain"), help="once per real-time VM"
+    )
+    sched.add_argument("--pool", type=name_of("--pool"), help="xen: the domain's cpupool")
     setting_arguments(sched)
     xen = sub.add_parser("xen", help="cpupools on a Xen host")
     xen.add_argument("verb", choices=("prove", "pool", "pool-destroy"))
-    xen.add_argument("--pool")
+    xen.add_argument("--pool", type=name_of("--pool"))
     xen.add_argument("--sched", nargs="+", default=["rtds"])
     xen.add_argument("--cpus", help="pool: CPU numbers, e.g. 2,3")
     found = sub.add_parser("facts", help="this machine's facts as JSON")
@@ -62,16 +78,22 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("tether", help="run a command until standard input closes")
     trace = sub.add_parser("trace", help="trace a VM's vCPUs until standard input closes")
     trace.add_argument("--backend", required=True, choices=("kvm", "xen"))
-    trace.add_argument("--domain", required=True)
+    trace.add_argument("--domain", required=True, type=name_of("--domain"))
     trace.add_argument("--out", required=True, help="where the trace's text goes")
-    trace.add_argument("--clock-of", help="also how this guest's TSC relates to the host's")
+    trace.add_argument(
+        "--clock-of",
+        type=name_of("--clock-of"),
+        help="also how this guest's TSC relates to the host's",
+    )
     floor = sub.add_parser("noise", help="the noise floor here: cyclictest, no setting of its own")
     floor.add_argument("--seconds", type=float, required=True)
     floor.add_argument("--csv", required=True, help="where every kept wake-up (µs) goes")
     domains = sub.add_parser("domains", help="neighbour VMs: hold them in a state, read it")
     domains.add_argument("verb", choices=("read", "hold"))
     domains.add_argument("--backend", required=True, choices=("kvm", "xen"))
-    domains.add_argument("--domain", action="append", required=True, help="once per domain")
+    domains.add_argument(
+        "--domain", action="append", required=True, type=name_of("--domain"), help="once per domain"
+    )
     domains.add_argument("--state", help="hold: absent, shutdown, paused or running")
     energy = sub.add_parser("energy", help="sample the energy counters until stdin closes")
     energy.add_argument("--period-s", type=float, default=1.0)

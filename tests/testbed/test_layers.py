@@ -1,0 +1,101 @@
+"""The provisioned layers' keys and records (layers.py), without a VM: a stand-in machine
+writes the two files a saved QEMU machine leaves (the testbed tier saves and restores real
+ones)."""
+
+import json
+
+import layers
+import pytest
+from layers import Layer
+
+
+def covered_a():
+    """A stand-in covered test (its source is in the key)."""
+
+
+def covered_b():
+    """Another stand-in covered test."""
+
+
+@pytest.fixture(autouse=True)
+def own_report(monkeypatch):
+    """The tier's summary is the testbed modules', not these tests'."""
+    monkeypatch.setattr(layers, "REPORT", [])
+
+
+class SavedMachine:
+    """What HostVM.save leaves in its folder."""
+
+    def save(self, out):
+        out.mkdir(parents=True)
+        (out / "state").write_bytes(b"ram")
+        (out / "disk.qcow2").write_bytes(b"disk")
+
+
+def layer(tmp_path, **inputs) -> Layer:
+    return Layer(tmp_path, "kvm", inputs or {"vm": {"cpus": 4}}, [covered_a], roles=["kvm_host"])
+
+
+def test_the_key_follows_the_inputs_and_the_covered_tests(tmp_path):
+    assert layer(tmp_path).key == layer(tmp_path).key
+    assert layer(tmp_path, vm={"cpus": 3}).key != layer(tmp_path).key
+    other = Layer(tmp_path, "kvm", {"vm": {"cpus": 4}}, [covered_b], roles=["kvm_host"])
+    assert other.key != layer(tmp_path).key
+    xen = Layer(tmp_path, "kvm", {"vm": {"cpus": 4}}, [covered_a], roles=["xen_host"])
+    assert xen.key != layer(tmp_path).key  # each module's key has its hypervisor's role
+
+
+def test_the_repositorys_inputs_are_tracked_files():
+    digest = layers.files_digest(layers.PROVISIONING_INPUTS)
+    assert digest == layers.files_digest(list(reversed(layers.PROVISIONING_INPUTS)))
+    assert digest != layers.files_digest(["roles/kvm_host"])
+
+
+def test_a_layer_is_a_hit_only_once_complete(tmp_path):
+    made = layer(tmp_path)
+    assert not made.hit()
+    made.prove("test_covered_a")  # a refusal that ran before the save
+    made.save(SavedMachine())
+    assert not made.hit()  # saved after the first provision, not yet proven idempotent
+    made.prove("test_second_provision_changes_nothing")
+    made.complete()
+    assert layer(tmp_path).hit()
+    record = json.loads(made.record.read_text())
+    assert record["proven"] == ["test_covered_a", "test_second_provision_changes_nothing"]
+    assert sorted(p.name for p in made.dir.iterdir()) == ["disk.qcow2", "layer.json", "state"]
+
+
+def test_a_new_layer_replaces_the_modules_older_one(tmp_path):
+    old = layer(tmp_path, vm={"cpus": 3})
+    old.save(SavedMachine())
+    new = layer(tmp_path)
+    new.save(SavedMachine())
+    assert [p.name for p in tmp_path.iterdir()] == [new.dir.name]
+
+
+def test_a_fresh_run_asked_for_ignores_the_layer(tmp_path, monkeypatch):
+    made = layer(tmp_path)
+    made.save(SavedMachine())
+    made.complete()
+    monkeypatch.setattr(layers, "FRESH", True)
+    assert not layer(tmp_path).hit()
+
+
+def test_a_restored_module_skips_what_the_layer_proved_and_fails_what_it_did_not(tmp_path):
+    made = layer(tmp_path)
+    made.save(SavedMachine())
+    made.prove("test_covered_a")
+    made.complete()
+    restored = layer(tmp_path)
+    assert restored.restore_from() == made.dir and restored.restored
+    with pytest.raises(pytest.skip.Exception, match=f"key {made.key}.*made 0.0 h ago"):
+        restored.cover("test_covered_a")
+    with pytest.raises(pytest.fail.Exception, match="HVBENCH_TESTBED_FRESH=1"):
+        restored.cover("test_the_profile_reboots")
+    restored.save(SavedMachine())  # nothing is saved again over a restored layer
+    restored.prove("test_the_profile_reboots")
+    assert json.loads(made.record.read_text())["proven"] == ["test_covered_a"]
+
+
+def test_a_fresh_module_runs_its_covered_tests(tmp_path):
+    layer(tmp_path).cover("test_covered_a")  # returns: the test goes on
