@@ -66,10 +66,18 @@ def files_digest(paths: list[str]) -> str:
 class Layer:
     """One module's provisioned host: `kind` names the module, `inputs` its own settings (the
     inventory, the variables, the images below, the VM's shape), `covers` the tests that the
-    layer stands for on a hit, `roles` the module's own roles besides HOST_ROLES."""
+    layer stands for on a hit, `roles` the module's own roles besides HOST_ROLES. `quiesce`:
+    the commands run on the host before it is saved and after (again after a restore), such as
+    pausing its guests and resuming them."""
 
     def __init__(
-        self, cache: Path, kind: str, inputs: dict, covers: list[Callable], roles: list[str]
+        self,
+        cache: Path,
+        kind: str,
+        inputs: dict,
+        covers: list[Callable],
+        roles: list[str],
+        quiesce: tuple[str, str] | None = None,
     ) -> None:
         paths = PROVISIONING_INPUTS + [f"roles/{role}" for role in HOST_ROLES + roles]
         recipe = {
@@ -80,7 +88,7 @@ class Layer:
         }
         blob = json.dumps(recipe, sort_keys=True, default=str).encode()
         self.key = hashlib.sha256(blob).hexdigest()[:16]
-        self.kind, self.cache = kind, cache
+        self.kind, self.cache, self.quiesce = kind, cache, quiesce
         self.dir = cache / f"{kind}-provisioned-{self.key}"
         self.proven: list[str] = []  # the covered tests that passed while this layer was made
         self.restored = False  # True once the module's host was restored from this layer
@@ -102,6 +110,11 @@ class Layer:
         self.restored = True
         REPORT.append(f"restored from {self.describe()}; covered: {', '.join(self.proven)}")
         return self.dir
+
+    def resume(self, vm) -> None:
+        """After a restore: what the save paused goes on (`quiesce`)."""
+        if self.quiesce:
+            vm.ssh(self.quiesce[1], timeout=300)
 
     def describe(self) -> str:
         made = json.loads(self.record.read_text())["made"]
@@ -135,7 +148,13 @@ class Layer:
             return
         partial = self.dir.with_name(self.dir.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        vm.save(partial)
+        if self.quiesce:
+            vm.ssh(self.quiesce[0], timeout=300)
+        try:
+            vm.save(partial)
+        finally:
+            if self.quiesce:
+                vm.ssh(self.quiesce[1], timeout=300)
         shutil.rmtree(self.dir, ignore_errors=True)
         partial.rename(self.dir)
         self.saved = True

@@ -24,9 +24,16 @@ def own_report(monkeypatch):
 
 
 class SavedMachine:
-    """What HostVM.save leaves in its folder."""
+    """What HostVM.save leaves in its folder; the commands it was given over SSH."""
+
+    def __init__(self):
+        self.commands = []
+
+    def ssh(self, command, timeout=600):
+        self.commands.append(command)
 
     def save(self, out):
+        self.commands.append("(saved)")
         out.mkdir(parents=True)
         (out / "state").write_bytes(b"ram")
         (out / "disk.qcow2").write_bytes(b"disk")
@@ -99,3 +106,17 @@ def test_a_restored_module_skips_what_the_layer_proved_and_fails_what_it_did_not
 
 def test_a_fresh_module_runs_its_covered_tests(tmp_path):
     layer(tmp_path).cover("test_covered_a")  # returns: the test goes on
+
+
+def test_the_guests_are_paused_while_the_host_is_saved_and_resumed_after_a_restore(tmp_path):
+    quiesce = ("pause the guests", "resume the guests")
+    made = Layer(tmp_path, "kvm", {}, [covered_a], roles=["kvm_host"], quiesce=quiesce)
+    machine = SavedMachine()
+    made.save(machine)
+    assert machine.commands == ["pause the guests", "(saved)", "resume the guests"]
+    made.complete()
+    restored = Layer(tmp_path, "kvm", {}, [covered_a], roles=["kvm_host"], quiesce=quiesce)
+    restored.restore_from()
+    machine = SavedMachine()
+    restored.resume(machine)
+    assert machine.commands == ["resume the guests"]
