@@ -328,10 +328,12 @@ test: lint kafka flink-connector browser rt-tools iptables ## lint, unit tests a
 	$(PY) -m pytest -q -n 2 -m "not testbed and not slow and not integration" --durations=10
 	$(PY) -m pytest -q -m "integration and not testbed and not slow" --durations=15
 
-# The KVM and the Xen module run one after the other: alone, each took about 25 minutes on a
-# fresh clone here; side by side they took 47 to 69 minutes in CI, and the contention is what
-# the boot and provision failures came from (a Xen provision outlasted its 30 minutes beside
-# the KVM host's). docs/testing.md has the figures.
+# The KVM and the Xen module run one after the other: side by side they took 47 to 69 minutes
+# in CI, and the contention is what the boot and provision failures came from (a Xen provision
+# outlasted its 30 minutes beside the KVM host's). Each restores its provisioned host from a
+# layer in the test cache when nothing that provisioning reads has changed
+# (tests/testbed/layers.py; HVBENCH_TESTBED_FRESH=1 makes them again). docs/testing.md has the
+# figures. -rs prints what a restored layer covered, with its key and age.
 test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM, then Xen; then real campaigns here
 	$(PY) -m pytest -q -rs -m "testbed and not two_hosts" --durations=15 tests/testbed
 	$(PY) -m pytest -q -m "slow and not testbed" --durations=15

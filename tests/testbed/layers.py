@@ -86,6 +86,8 @@ class Layer:
             "inputs": inputs,
             "tests": {test.__name__: inspect.getsource(test) for test in covers},
         }
+        if quiesce:
+            recipe["quiesce"] = quiesce
         blob = json.dumps(recipe, sort_keys=True, default=str).encode()
         self.key = hashlib.sha256(blob).hexdigest()[:16]
         self.kind, self.cache, self.quiesce = kind, cache, quiesce
