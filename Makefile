@@ -319,12 +319,12 @@ testbed-tools:
 			openssh-client openssh-server; }
 
 # Test tiers (docs/testing.md). make test: lint, unit and the real Kafka + Flink integration,
-# with a budget of 8 minutes on 2 cores (docs/testing.md: today over it). make test-testbed:
+# with a budget of 8 minutes on 2 cores (docs/testing.md has its figures). make test-testbed:
 # QEMU guests play the bare-metal host and are provisioned for real (KVM, and Xen under TCG).
 # .ci/run runs both.
 # The unit tests run on both cores (pytest-xdist: mostly model fits and report figures); the
 # real Kafka + Flink integration then runs alone, one broker and one job at a time.
-test: lint kafka flink-connector browser rt-tools iptables ## lint, unit tests and the real Kafka + Flink integration (budget 8 min; today about 15)
+test: lint kafka flink-connector browser rt-tools iptables ## lint, unit tests and the real Kafka + Flink integration (budget 8 min, docs/testing.md)
 	$(PY) -m pytest -q -n 2 -m "not testbed and not slow and not integration" --durations=10
 	$(PY) -m pytest -q -m "integration and not testbed and not slow" --durations=15
 
