@@ -106,7 +106,7 @@ def with_workload(inventory: Path, controller: ControllerSSH) -> None:
     # win over the inventory's group_vars/all.yml
     install_dir, run_dir = workload_dirs_of(inventory)
     dirs = {"hvbench_install_dir": str(install_dir), "hvbench_run_dir": str(run_dir)}
-    doc["kvm_hosts"]["hosts"]["testhost"].update(dirs, **testhost_vars())
+    doc["kvm_hosts"]["hosts"]["testhost"].update(dirs, **inventory_host_vars())
     # this machine plays the guests: its own kernel settings are left alone (the guests'
     # real-time profile would turn RT throttling, and with it deadline admission, off here)
     here = controller.inventory_host(
@@ -120,7 +120,7 @@ def with_workload(inventory: Path, controller: ControllerSSH) -> None:
     inventory.write_text(json.dumps(doc))
 
 
-def testhost_vars() -> dict:
+def inventory_host_vars() -> dict:
     """The host's own variables in the test's inventory. The guests and the neighbour VM are
     the inventory's, as on a lab host: make run and make sched read them from there (a
     playbook's -e is seen by that playbook only). The real-time profile's run-time part alone
@@ -174,6 +174,16 @@ GUESTS_PAUSED = (
 )
 
 
+# Restored, the host VM's systemd and its services ran on every CPU (Cpus_allowed_list 0-3)
+# where the real-time profile's CPUAffinity (0,1) had held when the layer was saved; the other
+# run-time settings were as saved. Not yet explained, and systemd's re-execution does not set
+# it again (its configuration is unchanged): the configured affinity is given back to PID 1.
+SYSTEMD_AFFINITY_AGAIN = (
+    "taskset -apc \"$(sed -n 's/^CPUAffinity=//p' "
+    '/etc/systemd/system.conf.d/hvbench-rt-profile.conf)" 1 >/dev/null'
+)
+
+
 @pytest.fixture(scope="module")
 def image() -> Path:
     agent_wheel()
@@ -189,7 +199,7 @@ def layer(image) -> Layer:
         "vm": HOST_VM,
         "hold_static_keys": HOLD_STATIC_KEYS_UNIT,
         "vars": small_testbed_vars(image.parent / "id_ed25519"),
-        "host": testhost_vars(),
+        "host": inventory_host_vars(),
     }
     covers = [
         test_provision_sets_up_the_host_and_the_guests,
@@ -212,6 +222,7 @@ def host(tmp_path_factory, small_model, small_data, image, layer):
     try:
         if restore:
             layer.resume(vm)  # its guests; hold-static-keys runs in it already
+            vm.ssh(SYSTEMD_AFFINITY_AGAIN)
         else:
             vm.hold_static_keys()
     except BaseException:
@@ -255,9 +266,10 @@ def on_host(host, command: str) -> str:
 
 # What provisioning writes on the host, listed with sizes and times: a refused provision leaves
 # it as it was (nothing on a fresh host; a restored one keeps its own).
+# (The running guests' own disks and console logs change as they run: left out.)
 PROVISIONED_FILES = (
     "find /etc/systemd/system/hvbench-tuning.service /var/lib/hvbench /etc/hvbench"
-    " -printf '%p %s %T@\\n' 2>/dev/null | sort"
+    " -path /var/lib/hvbench/disks -prune -o -printf '%p %s %T@\\n' 2>/dev/null | sort"
 )
 
 
