@@ -63,6 +63,15 @@ def files_digest(paths: list[str]) -> str:
     return digest.hexdigest()
 
 
+def _current_test_of_env() -> str | None:
+    """The running test's function name (pytest's PYTEST_CURRENT_TEST: path::name[...] (call))."""
+    current = os.environ.get("PYTEST_CURRENT_TEST")
+    return current.split("::")[-1].split(" ")[0].split("[")[0] if current else None
+
+
+current_test = _current_test_of_env
+
+
 class Layer:
     """One module's provisioned host: `kind` names the module, `inputs` its own settings (the
     inventory, the variables, the images below, the VM's shape), `covers` the tests that the
@@ -136,10 +145,11 @@ class Layer:
         )
 
     def prove(self, test: str) -> None:
-        """A covered test passed on a fresh host: the layer keeps it."""
+        """A covered test passed on a fresh host: the layer keeps it, by the name of the test
+        that is running (pytest's own), whatever name it was given."""
         if self.restored:
             return
-        self.proven.append(test)
+        self.proven.append(current_test() or test)
         if self.saved:
             self._write(complete=self._complete())
 

@@ -21,6 +21,8 @@ def covered_b():
 def own_report(monkeypatch):
     """The tier's summary is the testbed modules', not these tests'."""
     monkeypatch.setattr(layers, "REPORT", [])
+    # these tests name the covered tests they stand in for
+    monkeypatch.setattr(layers, "current_test", lambda: None)
 
 
 class SavedMachine:
@@ -120,3 +122,14 @@ def test_the_guests_are_paused_while_the_host_is_saved_and_resumed_after_a_resto
     machine = SavedMachine()
     restored.resume(machine)
     assert machine.commands == ["resume the guests"]
+
+
+def test_a_proved_test_is_recorded_by_the_running_tests_name(tmp_path, monkeypatch):
+    """A covered test's own variable may shadow the name it passes (it did: a loop variable):
+    the record takes the running test's name from pytest."""
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/testbed/t.py::test_the_reboot[x] (call)")
+    monkeypatch.setattr(layers, "current_test", layers.__dict__["_current_test_of_env"])
+    made = layer(tmp_path)
+    made.save(SavedMachine())
+    made.prove("rcu_nocbs")
+    assert json.loads(made.record.read_text())["proven"] == ["test_the_reboot"]
