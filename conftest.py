@@ -16,6 +16,13 @@ SMALL_DAYS = 6
 
 
 @pytest.fixture(scope="session")
+def small_span():
+    """The small data's first day and its number of days. (A fixture, not an import: with a
+    second conftest.py in the tree, `import conftest` may name either.)"""
+    return SMALL_START, SMALL_DAYS
+
+
+@pytest.fixture(scope="session")
 def small_data(tmp_path_factory):
     """Six days of generated data for the six detectors, and the generator's own summary."""
     out = tmp_path_factory.mktemp("pems")

@@ -4,8 +4,6 @@ import pandas as pd
 import pytest
 from hvbench_job import detectors, pems
 
-from conftest import SMALL_DAYS, SMALL_START
-
 STATIONS = [d.station for d in detectors.DETECTORS]
 GOOD_ROW = (
     "03/04/2024 08:00:00,717001,7,405,S,ML,0.500,20,100,310,0.0612,58.1,"
@@ -18,8 +16,9 @@ def write(path, rows):
     return path
 
 
-def test_loads_generated_month_and_reports_what_is_missing(small_data):
+def test_loads_generated_month_and_reports_what_is_missing(small_data, small_span):
     data_dir, summary = small_data
+    first_day, days = small_span
     data = pems.load(data_dir, STATIONS)
     assert data.stations == sorted(STATIONS)
     for station in STATIONS:
@@ -28,8 +27,8 @@ def test_loads_generated_month_and_reports_what_is_missing(small_data):
         assert report.missing["total_flow"] == summary.missing_rows[station]
         assert report.missing["avg_speed"] == summary.missing_rows[station]
         # every interval an outage removed is absent: inside the range as a gap, or at its ends
-        start = pd.Timestamp(SMALL_START)
-        end = start + pd.Timedelta(days=SMALL_DAYS) - pems.INTERVAL
+        start = pd.Timestamp(first_day)
+        end = start + pd.Timedelta(days=days) - pems.INTERVAL
         outside = (report.first - start) // pems.INTERVAL + (end - report.last) // pems.INTERVAL
         assert report.absent_intervals + outside == sum(n for _, n in summary.outages[station])
         assert report.rows + report.absent_intervals == len(data.series(station))
