@@ -14,7 +14,7 @@ from hvbench_harness.target import Paths, job_env
 from hvbench_harness.testbed import Machine, Testbed
 from hvbench_job import session
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # real KRaft nodes and Flink
 
 
 def local_testbed() -> Testbed:
