@@ -14,7 +14,8 @@ from hvbench_agent.trace import tracefs
 from hvbench_analysis import report
 from hvbench_harness import run
 
-pytestmark = pytest.mark.integration
+# a starved run of 360 records traced, over a minute: the slow tier (make test's budget)
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BUDGET_US, PERIOD_US = 3000, 100000  # 3 ms of each 100 ms per thread: a backlog of seconds
 
