@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -718,6 +719,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.topics:
             described["topics"] = create(broker, args.topics, args.peers)
         print(json.dumps(described), flush=True)
+        # An admin client whose futures were used (the topics created and read back) stays in
+        # a reference cycle until Python's collector finds it; librdkafka's destroy then runs
+        # in the thread that happens to collect. Once that was this one while the cluster
+        # stopped: the destroy waited on nodes already gone, SIGTERM went unanswered past the
+        # harness's grace, this process was killed and its JVM left running. Collected now,
+        # while every node serves.
+        gc.collect()
         broker.keep(args.restarts, hang_s=args.hang_s)
         return serve(broker, stop)
     except BrokerError as e:
