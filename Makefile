@@ -343,7 +343,7 @@ test: lint kafka flink-connector browser rt-tools iptables ## lint, unit tests a
 # layer in the test cache when nothing that provisioning reads has changed
 # (tests/testbed/layers.py; HVBENCH_TESTBED_FRESH=1 makes them again). docs/testing.md has the
 # figures. -rs prints what a restored layer covered, with its key and age.
-test-testbed: $(STAMP) kafka flink-connector testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM, then Xen; then real campaigns here
+test-testbed: $(STAMP) kafka flink-connector rt-tools testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM, then Xen; then real campaigns here
 	$(PY) -m pytest -q -rs -m "testbed and not two_hosts" --durations=15 tests/testbed
 	@# the slow tier alone: its model fits use both cores each (side by side they took 302 s
 	@# against about 190 s one after the other)
