@@ -63,13 +63,10 @@ def files_digest(paths: list[str]) -> str:
     return digest.hexdigest()
 
 
-def _current_test_of_env() -> str | None:
+def current_test() -> str | None:
     """The running test's function name (pytest's PYTEST_CURRENT_TEST: path::name[...] (call))."""
     current = os.environ.get("PYTEST_CURRENT_TEST")
     return current.split("::")[-1].split(" ")[0].split("[")[0] if current else None
-
-
-current_test = _current_test_of_env
 
 
 class Layer:

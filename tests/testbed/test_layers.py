@@ -8,6 +8,8 @@ import layers
 import pytest
 from layers import Layer
 
+PYTESTS_CURRENT_TEST = layers.current_test  # the real reader; own_report stands it down
+
 
 def covered_a():
     """A stand-in covered test (its source is in the key)."""
@@ -128,7 +130,7 @@ def test_a_proved_test_is_recorded_by_the_running_tests_name(tmp_path, monkeypat
     """A covered test's own variable may shadow the name it passes (it did: a loop variable):
     the record takes the running test's name from pytest."""
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/testbed/t.py::test_the_reboot[x] (call)")
-    monkeypatch.setattr(layers, "current_test", layers._current_test_of_env)
+    monkeypatch.setattr(layers, "current_test", PYTESTS_CURRENT_TEST)
     made = layer(tmp_path)
     made.save(SavedMachine())
     made.prove("rcu_nocbs")
