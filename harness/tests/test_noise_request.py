@@ -3,10 +3,13 @@ target, a placement that leaves the loads no CPU, a testbed asked to place its g
 SCHED=deadline on pinned threads are refused with the reason."""
 
 import os
+import shutil
+import signal
 
 import pytest
+from hvbench_agent.neighbours import parse as neighbours_of
 from hvbench_harness import neighbours, run
-from hvbench_harness.parts import RunError
+from hvbench_harness.parts import Parts, RunError, running
 
 
 def request(*words: str):
@@ -107,3 +110,38 @@ def test_the_testbed_file_names_the_neighbours_and_how_to_reach_them():
         "hvbench-neighbour-0",
     )
     assert Testbed.from_json({**doc, "neighbours": []}).neighbours == ()
+
+
+@pytest.mark.skipif(shutil.which("stress-ng") is None, reason="make rt-tools installs stress-ng")
+def test_stopped_loads_are_continued_at_their_stop_and_none_is_left(tmp_path):
+    """A neighbour stopped with SIGSTOP (stress-ng and its stressors) keeps SIGINT pending:
+    its stop continues it first, so it ends by SIGINT and writes its metrics; the run's
+    teardown check then finds none of its processes."""
+    args = request("NOISE=2:cpu")
+    noise = neighbours.LocalNoise(neighbours_of("2:cpu"), None, args, tmp_path)
+    noise.start()
+    processes = noise.processes()
+    assert len(processes) == 3  # stress-ng and its two stressors
+    for process in processes:
+        os.kill(process.pid, signal.SIGSTOP)
+    noise.stop()
+    (group,) = noise.record["groups"]
+    assert group["exit_code"] == 0 and group["metrics"], group
+    assert noise.processes() == []
+    assert [p.pid for p in processes if running(p.pid)] == []
+
+
+@pytest.mark.skipif(shutil.which("stress-ng") is None, reason="make rt-tools installs stress-ng")
+def test_stressors_left_by_a_killed_stress_ng_are_found_and_ended(tmp_path):
+    """stress-ng killed outright leaves its stressors running: the teardown's check, given the
+    neighbours' processes seen at their start, ends them and records it."""
+    parts = Parts(tmp_path)  # before the loads: older processes are never the run's
+    noise = neighbours.LocalNoise(neighbours_of("1:cpu"), None, request("NOISE=1:cpu"), tmp_path)
+    noise.start()
+    seen = noise.processes()
+    os.kill(noise.loads()[0].proc.pid, signal.SIGKILL)
+    noise.loads()[0].proc.wait()
+    done = parts.verify({"a neighbour (stress-ng)": seen})
+    assert done["left"] == []
+    assert [e["part"] for e in done["ended"]] == ["a neighbour (stress-ng)"]
+    assert [p.pid for p in seen if running(p.pid)] == []

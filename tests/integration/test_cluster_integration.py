@@ -91,8 +91,13 @@ def test_the_job_runs_on_two_taskmanagers_each_under_the_setting(cluster_run):
 
 
 def test_nothing_of_the_cluster_is_left_running(cluster_run):
-    _, tmp_path, _, _ = cluster_run
+    """The teardown records each Kafka node's JVM it ended, as it does the single broker's."""
+    _, tmp_path, meta, _ = cluster_run
     assert leftover_processes(tmp_path) == []
+    assert meta["teardown"]["left"] == []
+    nodes = [e for e in meta["teardown"]["ended"] if e["part"] == "Kafka cluster"]
+    assert len({e["pid"] for e in nodes}) == len(meta["kafka"]["nodes"]) == 3
+    assert {e["signal"] for e in nodes} == {"SIGTERM"}
 
 
 def test_each_taskmanager_idles_its_background_threads(cluster_run):

@@ -62,7 +62,7 @@ class LocalCluster:
             min(REPLICATION, nodes),
             min(MIN_INSYNC, nodes),
         )
-        parts.on_teardown(lambda: (kafka.stop(), parts.stopped.append("Kafka cluster")))
+        parts.on_teardown(lambda: parts.record("Kafka cluster", kafka.stop()))
         kafka.start()
         kafka.create_topics(["input"], INPUT_PARTITIONS)
         kafka.create_topics([*clients.output_topics(self.args.clients), "dead-letter"])

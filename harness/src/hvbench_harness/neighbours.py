@@ -9,16 +9,26 @@ meta.json `noise`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import signal
 import time
 from pathlib import Path
 
 from hvbench_agent import neighbours
-from hvbench_agent.neighbours import WORKLOAD, Group, Load, NoiseError, cpu_list, parse_cpus
+from hvbench_agent.neighbours import (
+    WORKLOAD,
+    Group,
+    Load,
+    NoiseError,
+    children,
+    cpu_list,
+    parse_cpus,
+)
 
-from hvbench_harness.parts import RunError, log
+from hvbench_harness.parts import Process, RunError, log, running
 from hvbench_harness.testbed import TestbedError
 from hvbench_harness.workload_copy import RemoteWorkloadCopy, WorkloadCopy
 
@@ -140,10 +150,22 @@ class LocalNoise:
         log(f"noise: {self.record['requested']} on CPUs {self.record['cpus']}")
         return self.record
 
+    def processes(self) -> list[Process]:
+        """Each stress-ng and its stressors as they run now: the teardown checks that none is
+        left (a stopped stress-ng killed after its grace leaves its stressors behind)."""
+        pids = [p for part in self.loads() for p in (part.proc.pid, *children(part.proc.pid))]
+        return [process for pid in pids if (process := running(pid)) is not None]
+
+    def loads(self) -> list[Load]:
+        return [p for p in self.parts if isinstance(p, Load) and p.proc is not None]
+
     def stop(self) -> None:
         if self.stopped:
             return
         self.stopped = True
+        for process in self.processes():  # a stopped stress-ng keeps SIGINT pending
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGCONT)
         for part, group in zip(self.parts, self.record["groups"], strict=False):
             group.update(part.stop())  # the parts that started
         log("noise stopped: " + ", ".join(work_text(g) for g in self.record["groups"]))

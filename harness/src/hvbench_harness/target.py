@@ -265,7 +265,10 @@ class BareTarget:
         groups = neighbours.parse(args.noise)
         self.noise = LocalNoise(groups, args.noise_cpu_list, args, Path(self.paths.work))
         parts.on_teardown(self.noise.stop)
-        return self.noise.start()
+        record = self.noise.start()
+        for process in self.noise.processes():  # the teardown checks that none is left
+            self.seen.setdefault(process.pid, ("a neighbour (stress-ng)", process))
+        return record
 
     def stop_noise(self) -> None:
         if self.noise is not None:
