@@ -115,6 +115,13 @@ WantedBy=multi-user.target
 # getty's login prompt on the serial console.
 BOOT_STARTS = re.compile(rb"reboot: Restarting system")
 BOOT_ENDS = re.compile(rb" login: ")
+# A boot that cannot go on says so on the console: the kernel's panic, Xen's, the initramfs
+# giving up on the root device (a wrong root= waits 30 s, then drops to its shell), GRUB's rescue
+# prompt. Waiting on for SSH would only wait out the timeout.
+BOOT_FAILS = re.compile(
+    rb"Kernel panic - not syncing[^\n]*|Panic on CPU \d+[^\n]*|[^\n]*Dropping to a shell!"
+    rb"|grub rescue>"
+)
 
 
 class BootWatch:
@@ -122,13 +129,15 @@ class BootWatch:
     booting. Under multi-threaded TCG a boot now and then hangs for good (one stopped 2.6 s
     into the kernel's boot, the console silent from then on); a normal boot of the test's hosts
     is silent for at most 9 s, Linux or Xen (measured here at 1 s steps: 44 s and 73 s to the
-    login prompt). At most `resets` stalls are answered."""
+    login prompt). At most `resets` stalls are answered; the next one is the boot's failure, as
+    is a console that says the boot cannot go on (BOOT_FAILS)."""
 
     def __init__(self, stall: float = 90, resets: int = 3, booting: bool = True) -> None:
         self.stall, self.resets_left = stall, resets
         self.booting = booting  # False for a VM restored running: its console starts silent
         self.tail = b""  # the end of what came before, for a marker split across two reads
         self.last_output: float | None = None
+        self.failure: str | None = None  # why the boot cannot end, once known
 
     def observe(self, new: bytes, now: float) -> bool:
         """Take the console's new bytes at time `now`; True when the VM is to be reset."""
@@ -140,9 +149,16 @@ class BootWatch:
             ends = [m.end() for m in BOOT_ENDS.finditer(text)]
             if starts or ends:
                 self.booting = max(starts, default=-1) > max(ends, default=-1)
-            self.tail = text[-64:]
+            if self.failure is None and (failed := BOOT_FAILS.search(text)):
+                self.failure = "the console says: " + failed.group().decode(errors="replace")
+            self.tail = text[-128:]
             return False
-        if self.booting and self.resets_left and now - self.last_output >= self.stall:
+        if self.booting and now - self.last_output >= self.stall:
+            if not self.resets_left:
+                self.failure = self.failure or (
+                    f"no console output for {self.stall:.0f} s while booting, after every reset"
+                )
+                return False
             self.resets_left -= 1
             self.last_output = now  # the reset boot gets its own `stall` seconds
             return True
@@ -299,6 +315,7 @@ class HostVM:
         self.key = image.parent / "id_ed25519"
         self.process: subprocess.Popen | None = None
         self.resets: list[str] = []  # the stalled boots the watchdog reset, as log lines
+        self.watch = BootWatch()
 
     @property
     def console(self) -> Path:
@@ -354,7 +371,7 @@ class HostVM:
             stderr=open(self.work / "qemu.err", "wb"),  # noqa: SIM115
             start_new_session=True,
         )
-        watch = BootWatch(booting=restore is None)
+        self.watch = watch = BootWatch(booting=restore is None)
         threading.Thread(target=self._watch_boots, args=(self.process, watch), daemon=True).start()
         try:
             if restore:
@@ -465,6 +482,11 @@ class HostVM:
                 resets, deadline = len(self.resets), time.monotonic() + timeout
             if self.process.poll() is not None:
                 raise HostVMError("QEMU exited: " + (self.work / "qemu.err").read_text())
+            if self.watch.failure:
+                raise HostVMError(
+                    f"the boot failed: {self.watch.failure}; the console's end "
+                    f"({self.console}):\n" + self.console_text(40)
+                )
             try:
                 if self.ssh("true", check=False, timeout=20).returncode == 0:
                     return
@@ -576,11 +598,15 @@ class HostVM:
                 lines = 300
         except subprocess.TimeoutExpired:
             pass
+        return "\n".join([*self.resets, self.console_text(lines)])
+
+    def console_text(self, lines: int) -> str:
+        """The serial console's last `lines` lines."""
         try:
             text = self.console.read_text(errors="replace")
         except OSError:
-            text = "(no console log)"
-        return "\n".join(self.resets + text.splitlines()[-lines:])
+            return "(no console log)"
+        return "\n".join(text.splitlines()[-lines:])
 
     def sysrq(self, key: str) -> None:
         """Press Alt+SysRq+key on the host's keyboard."""

@@ -1,6 +1,16 @@
-"""The host VM's boot watchdog (hostvm.BootWatch), without a VM."""
+"""The host VM's boot watchdog (hostvm.BootWatch), without a VM; and a host VM given a broken
+kernel command line, which fails at once with its console's end (a real boot under TCG)."""
 
-from hostvm import BootWatch
+import os
+import subprocess
+import time
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+from hostvm import KVM_HOST_LINUX_ARGS, BootWatch, HostVM, HostVMError, build_image
+
+CACHE = Path(os.environ.get("HVBENCH_TEST_CACHE", "/var/cache/hvbench-test"))
 
 
 def test_a_silent_boot_is_reset_after_the_stall():
@@ -45,9 +55,92 @@ def test_a_marker_split_across_two_reads_is_seen():
     assert watch.observe(b"", 1092)
 
 
-def test_resets_are_bounded():
+def test_resets_are_bounded_and_the_next_stall_is_the_boots_failure():
     watch = BootWatch(stall=90, resets=2)
     assert not watch.observe(b"", 0)
     assert watch.observe(b"", 90)
     assert watch.observe(b"", 180)
-    assert not watch.observe(b"", 10_000)
+    assert watch.failure is None
+    assert not watch.observe(b"", 270)
+    assert watch.failure == "no console output for 90 s while booting, after every reset"
+
+
+@pytest.mark.parametrize(
+    ("console", "said"),
+    [
+        (
+            b"[    3.1] VFS: Unable to mount root fs on unknown-block(0,0)\n"
+            b"[    3.1] Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-b",
+            "Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-b",
+        ),
+        (
+            b"Gave up waiting for root file system device.  Common problems:\n"
+            b"ALERT!  /dev/vdz does not exist.  Dropping to a shell!\n\n(initramfs) ",
+            "ALERT!  /dev/vdz does not exist.  Dropping to a shell!",
+        ),
+        (b"(XEN) ******************************\n(XEN) Panic on CPU 0:\n", "Panic on CPU 0:"),
+        (b"error: file `/boot/vmlinuz' not found.\ngrub rescue> ", "grub rescue>"),
+    ],
+)
+def test_a_console_that_says_the_boot_cannot_go_on_is_the_boots_failure(console, said):
+    watch = BootWatch(stall=90)
+    watch.observe(b"[    0.0] Linux version 6.1.0-56-amd64\n", 0)
+    assert watch.failure is None
+    half = len(console) // 2  # read in two parts: a marker may be split between them
+    watch.observe(console[:half], 5)
+    watch.observe(console[half:], 7)
+    assert watch.failure == "the console says: " + said
+
+
+def test_a_failure_after_the_login_prompt_is_seen_too():
+    watch = BootWatch(stall=90)
+    watch.observe(b"hvbench-host login: ", 40)
+    watch.observe(b"[ 900.1] Kernel panic - not syncing: Fatal exception\n", 900)
+    assert watch.failure == "the console says: Kernel panic - not syncing: Fatal exception"
+
+
+class DirectBootVM(HostVM):
+    """The image's own kernel and initramfs booted by QEMU with a command line of the test's."""
+
+    def __init__(self, image: Path, work: Path, append: str) -> None:
+        super().__init__(image, work, cpus=2, memory_mb=2048)
+        self.append = append
+
+    def _boot_args(self) -> list[str]:
+        kernel, initrd = (self.from_image(f"/boot/{p}-*") for p in ("vmlinuz", "initrd.img"))
+        return ["-kernel", str(kernel), "-initrd", str(initrd), "-append", self.append]
+
+    def from_image(self, pattern: str) -> Path:
+        """A file of the image's disk (read with debugfs, the disk left as it is)."""
+        disk = str(self.image / "disk.raw")
+        folder = str(Path(pattern).parent)
+        listed = debugfs(disk, f"ls -p {folder}").split()  # /inode/mode/uid/gid/name/size/
+        (name,) = [n for line in listed if fnmatch(n := line.split("/")[5], Path(pattern).name)]
+        out = self.work / name
+        debugfs(disk, f"dump {folder}/{name} {out}")
+        return out
+
+
+def debugfs(disk: str, request: str) -> str:
+    return subprocess.run(
+        ["debugfs", "-R", request, disk], check=True, capture_output=True, text=True
+    ).stdout
+
+
+@pytest.mark.testbed
+@pytest.mark.timeout(600)
+def test_a_host_with_a_broken_kernel_command_line_fails_at_once_with_its_console(tmp_path):
+    """root= names a disk the host does not have (vdz for vda): the initramfs gives up after
+    its 30 s and drops to its shell. The start fails on that line, not after its timeout."""
+    image = build_image(CACHE, linux_args=KVM_HOST_LINUX_ARGS)
+    vm = DirectBootVM(image, tmp_path, f"console=ttyS0 root=/dev/vdz rw {KVM_HOST_LINUX_ARGS}")
+    started = time.monotonic()
+    with pytest.raises(HostVMError) as failed:
+        vm.start(timeout=900)
+    took = time.monotonic() - started
+    print(f"\nbroken root=: the start failed after {took:.0f} s")
+    message = str(failed.value)
+    assert "the boot failed: the console says: ALERT!  /dev/vdz does not exist." in message
+    assert "Gave up waiting for root file system device" in message  # the console's end
+    assert vm.process.poll() is not None  # no QEMU left behind
+    assert took < 180
