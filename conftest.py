@@ -3,16 +3,26 @@ lock for the tests that set this machine's idle states, and a run registry of ea
 own."""
 
 import fcntl
+import hashlib
+import os
+import shutil
 import subprocess
 from datetime import date
+from pathlib import Path
 
 import pytest
 from hvbench_harness import runlocks
 from hvbench_job import generate
 from hvbench_job.forecast import train
 
+REPO = Path(__file__).resolve().parent
 SMALL_START = date(2024, 3, 4)  # a Monday
 SMALL_DAYS = 6
+SMALL_SEED = 7
+SMALL_TRAINING = ["--epochs", "1", "--baselines", "linear"]
+# Trained small models, one per content key (small_model_key), kept between pytest sessions as
+# the wheels are (Makefile's WHEELS)
+MODEL_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hvbench/models"
 
 
 @pytest.fixture(scope="session")
@@ -26,19 +36,51 @@ def small_span():
 def small_data(tmp_path_factory):
     """Six days of generated data for the six detectors, and the generator's own summary."""
     out = tmp_path_factory.mktemp("pems")
-    summary = generate.generate(out, SMALL_START, SMALL_DAYS, seed=7)
+    summary = generate.generate(out, SMALL_START, SMALL_DAYS, seed=SMALL_SEED)
     return out, summary
 
 
 @pytest.fixture(scope="session")
 def small_model(small_data, tmp_path_factory):
-    """The full LSTM trained for one epoch on the small data, through the CLI, exported."""
-    data_dir, _ = small_data
+    """The full LSTM trained for one epoch on the small data, through the CLI, exported: a
+    copy of its session's own. It is trained once per content key and kept in MODEL_CACHE, so
+    the pytest sessions of make test and of the testbed tier, and the unit tests' two workers,
+    train it once between them. Training itself is tested where it runs (test_forecast.py)."""
     out = tmp_path_factory.mktemp("forecaster")
-    train.main(
-        ["--data", str(data_dir), "--out", str(out), "--epochs", "1", "--baselines", "linear"]
-    )
+    MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(MODEL_CACHE / ".lock", "w") as lock:  # one session trains, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.copytree(trained_small_model(small_data[0]), out, dirs_exist_ok=True)
     return out
+
+
+def trained_small_model(data_dir: Path) -> Path:
+    """The cached small model, trained first if its key has none. It is made in a folder of its
+    own and renamed, so none is ever half there; only the newest key's model is kept."""
+    cached = MODEL_CACHE / small_model_key()
+    if not cached.exists():
+        making = cached.with_name(f"{cached.name}.{os.getpid()}")
+        shutil.rmtree(making, ignore_errors=True)
+        train.main(["--data", str(data_dir), "--out", str(making), *SMALL_TRAINING])
+        for other in MODEL_CACHE.iterdir():
+            if other.is_dir() and other != making:
+                shutil.rmtree(other)
+        making.rename(cached)
+    return cached
+
+
+def small_model_key() -> str:
+    """What the small model is made from: the job's sources (the data's generator, the
+    training, the export), the pinned packages (TensorFlow's and Keras's versions), the data's
+    span and seed and the training's arguments."""
+    digest = hashlib.sha256(repr((SMALL_START, SMALL_DAYS, SMALL_SEED, SMALL_TRAINING)).encode())
+    sources = sorted(
+        p for p in (REPO / "flink-job/src").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and ".egg-info" not in str(p)
+    )  # fmt: skip
+    for path in [*sources, REPO / "requirements.txt", REPO / "constraints.txt"]:
+        digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 @pytest.fixture(scope="session")
