@@ -514,6 +514,7 @@ class KafkaCluster:
             )
             for node, port in controllers.items()
         ]
+        self.created: list[str] = []  # the topics made here, which describe() waits for
 
     @property
     def bootstrap(self) -> str:
@@ -557,6 +558,7 @@ class KafkaCluster:
     def create_topics(self, names: list[str], partitions: int = 1, timeout: float = 60) -> None:
         """Create the topics, then wait until every node knows them (wait_known)."""
         self.brokers[0].create_topics(names, partitions)
+        self.created += names
         replicas = self.brokers[0].quorum.replication
         wait_known([b.bootstrap for b in self.brokers], names, replicas, timeout)
 
@@ -598,9 +600,16 @@ class KafkaCluster:
             "nodes": [b.describe() for b in self.brokers],
             "replication": first.quorum.replication,
             "min_insync": first.quorum.min_insync,
-            "topics": read_topics(first.admin()),
+            "topics": read_topics(first.admin(), self.created),
             "java": java_version(first.java),
         }
+
+
+def led(topic) -> bool:
+    """A topic's metadata names it with partitions, each with a leader."""
+    if topic is None or topic.error is not None or not topic.partitions:
+        return False
+    return all(p.leader >= 0 for p in topic.partitions.values())
 
 
 def knows(bootstrap: str, names: list[str], replicas: int) -> bool:
@@ -612,9 +621,7 @@ def knows(bootstrap: str, names: list[str], replicas: int) -> bool:
         return False
     for name in names:
         topic = metadata.topics.get(name)
-        if topic is None or topic.error is not None or not topic.partitions:
-            return False
-        if any(p.leader < 0 or len(p.isrs) < replicas for p in topic.partitions.values()):
+        if not led(topic) or any(len(p.isrs) < replicas for p in topic.partitions.values()):
             return False
     return True
 
@@ -644,10 +651,21 @@ def wait_registered(broker: KafkaBroker, count: int, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def read_topics(admin: AdminClient) -> dict:
+def read_topics(admin: AdminClient, created: list[str] | None = None, timeout: float = 60) -> dict:
     """Each topic's partitions (leader, replicas, in-sync) and min.insync.replicas, read back
-    from the cluster."""
-    metadata = admin.list_topics(timeout=10)
+    from the cluster. `created`: topics just made, read again until the answer has each with a
+    leader for every partition. A new topic reaches the nodes one by one, and a client's
+    request may be answered by any node it has learned of, not only the one it was given: once,
+    under load, a cluster's description lacked a topic every node had been seen to know."""
+    deadline = time.monotonic() + timeout
+    while True:
+        metadata = admin.list_topics(timeout=10)
+        missing = [name for name in created or [] if not led(metadata.topics.get(name))]
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            raise BrokerError(f"topics {missing} not in the cluster's answer after {timeout:.0f} s")
+        time.sleep(0.2)
     names = sorted(t for t in metadata.topics if not t.startswith("__"))
     resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
     configs = {r.name: f.result(timeout=30) for r, f in admin.describe_configs(resources).items()}
@@ -765,7 +783,7 @@ def create(broker: KafkaBroker, topics: str, peers: str) -> dict:
         broker.create_topics([name], int(partitions or 1))
     names = [item.partition(":")[0] for item in topics.split(",")]
     wait_known(bootstraps, names, broker.quorum.replication, timeout=120)
-    return read_topics(broker.admin())
+    return read_topics(broker.admin(), names)
 
 
 def serve(broker: KafkaBroker, stop: threading.Event) -> int:
