@@ -182,6 +182,7 @@ def test_a_served_broker_reports_itself_and_stops_when_the_tether_closes(tmp_pat
 
 
 @pytest.mark.integration  # a real Kafka broker
+@pytest.mark.slow  # make test-testbed's slow tier, for make test's budget (docs/testing.md)
 def test_a_served_broker_reports_its_restart_and_says_when_it_is_gone_for_good(tmp_path):
     """What a testbed run reads from the messaging VM's broker: one JSON line when a restart
     begins, one per fault."""

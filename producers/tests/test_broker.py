@@ -102,6 +102,7 @@ def wait_for(condition, seconds: float) -> bool:
     return True
 
 
+@pytest.mark.slow  # make test-testbed's slow tier, for make test's budget (docs/testing.md)
 def test_a_killed_broker_is_restarted_on_its_data_and_the_fault_recorded(tmp_path):
     broker = KafkaBroker(LIBS, tmp_path / "kafka")
     with broker:
@@ -162,6 +163,7 @@ def test_a_cluster_that_cannot_hold_its_replicas_is_refused(
         KafkaCluster(LIBS, tmp_path, nodes, replication, min_insync)
 
 
+@pytest.mark.slow  # make test-testbed's slow tier, for make test's budget (docs/testing.md)
 def test_a_stopped_broker_is_hung_continued_killed_restarted_then_given_up(tmp_path):
     broker = KafkaBroker(LIBS, tmp_path / "kafka")
     with broker:

@@ -189,7 +189,8 @@ def test_a_broker_killed_mid_run_is_restarted_and_every_record_accounted(
     print(f"  duplicates {c['duplicated']}, max latency {meta['latency']['max_ms']:.0f} ms")
 
 
-@pytest.mark.parametrize("part", ["broker", "job"])
+# the broker's case in the slow tier, for make test's budget (docs/testing.md)
+@pytest.mark.parametrize("part", [pytest.param("broker", marks=pytest.mark.slow), "job"])
 def test_a_part_that_dies_ends_the_run_at_once_and_what_was_measured_is_written(
     part, small_data, small_model, tmp_path
 ):
@@ -222,7 +223,7 @@ def test_a_part_that_dies_ends_the_run_at_once_and_what_was_measured_is_written(
     [
         ("starting Kafka", r"^\[.*\] TSC "),
         ("starting the Flink job", r"Kafka \S+ up"),
-        ("sending", "producers started"),
+        pytest.param("sending", "producers started", marks=pytest.mark.slow),  # make test's budget
     ],
 )
 def test_ctrl_c_in_each_phase_leaves_nothing_and_keeps_what_was_measured(
