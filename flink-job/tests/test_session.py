@@ -29,6 +29,10 @@ def test_prepare_links_the_distribution_the_python_runtime_and_the_connector(ses
     assert config["env.java.opts.taskmanager"] == " ".join(jvm.JOB_OPTIONS)
     assert "--add-opens=java.base/java.util=ALL-UNNAMED" in config["env.java.opts.all"]
     assert (session.work_dir / "conf" / "log4j-console.properties").exists()
+    # the processes' working files and pid files stay in the work directory, not in /tmp
+    assert config["io.tmp.dirs"] == str(session.work_dir / "tmp")
+    assert (session.work_dir / "tmp").is_dir()
+    assert session.env()["FLINK_PID_DIR"] == str(session.work_dir)
 
 
 def test_no_connector_is_refused(tmp_path):
@@ -97,3 +101,20 @@ def test_the_jobs_own_jvm_gets_the_connector_on_its_class_path(tmp_path, monkeyp
         shutil.rmtree(fresh)
     finally:
         shutil.rmtree(lib)
+
+
+def test_the_jobs_scratch_files_go_where_it_is_told(tmp_path, monkeypatch):
+    """--tmp-dir: Flink's local cluster (io.tmp.dirs), the JVM and Python all write there."""
+    import tempfile
+
+    from hvbench_job import job
+
+    monkeypatch.setenv("JVM_ARGS", "-Xss1m")
+    monkeypatch.delenv("TMPDIR", raising=False)  # put back as it was after the test
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    scratch = tmp_path / "work" / "job-tmp"
+    job.use_tmp_dir(str(scratch))
+    assert scratch.is_dir() and tempfile.gettempdir() == str(scratch)
+    assert job.os.environ["JVM_ARGS"] == f"-Xss1m -Djava.io.tmpdir={scratch}"
+    assert job.job_settings(tmp_dir=str(scratch))["io.tmp.dirs"] == str(scratch)
+    assert "io.tmp.dirs" not in job.job_settings()

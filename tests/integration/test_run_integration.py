@@ -99,7 +99,7 @@ def test_the_job_stamps_on_the_runs_clock_and_the_legs_add_up(plain_run):
 
 
 def test_meta_records_what_ran(plain_run):
-    _, _, results = plain_run
+    _, tmp_path, results = plain_run
     meta = json.loads((results / "meta.json").read_text())
     assert meta["requested"]["sched"] == "none"
     assert meta["sched"]["readback"]["threads"] > 10
@@ -122,6 +122,10 @@ def test_meta_records_what_ran(plain_run):
     flink = meta["job"]["flink"]
     assert flink["python.execution-mode"] == "thread"
     assert flink["execution.buffer-timeout.interval"] == "0 ms"
+    # the local cluster's working files were in the run's work directory, removed with it
+    job_tmp = Path(flink["io.tmp.dirs"])
+    assert job_tmp.is_relative_to(tmp_path) and not job_tmp.exists()
+    assert f"-Djava.io.tmpdir={job_tmp}" in meta["job"]["jvm"]["args"]
     assert meta["job"]["sink_delivery_guarantee"] == "AT_LEAST_ONCE"
     assert meta["job"]["env"]["OPENBLAS_NUM_THREADS"] == "1"
     # both JVMs' compilers and G1's concurrent threads yield to every other thread, read back

@@ -60,7 +60,10 @@ SINK_PROPERTIES = {
 
 
 def job_settings(
-    checkpoint_interval_ms: int = 10_000, parallelism: int = 1, jobmanager: str | None = None
+    checkpoint_interval_ms: int = 10_000,
+    parallelism: int = 1,
+    jobmanager: str | None = None,
+    tmp_dir: str | None = None,
 ) -> dict[str, str]:
     """Flink configuration of the job; each entry is chosen for latency, and recorded.
 
@@ -75,7 +78,10 @@ def job_settings(
       until the checkpoint completes;
     - object reuse: the source hands each message's bytes to the chained operator as they are.
       Without it Flink copies them on the way, and the copy of a tombstone's null value throws
-      (NullPointerException) and ends the job; with it the operator gets None and dead-letters it.
+      (NullPointerException) and ends the job; with it the operator gets None and dead-letters it;
+    - tmp_dir: the local cluster's working files (its RPC jar of 24 MB, its blobs and task
+      directories, about 35 MB a job) go into the run's work directory, removed with it. In /tmp
+      they stayed whenever the JVM ended by a signal, and filled the disk over runs.
     """
     return {
         "python.execution-mode": "thread",
@@ -92,6 +98,7 @@ def job_settings(
         "pipeline.name": "hvbench",
         # a failing job ends the run loudly instead of restarting in the middle of a measurement
         "restart-strategy.type": "none",
+        **({"io.tmp.dirs": tmp_dir} if tmp_dir else {}),
         # a session cluster's JobManager (host:port of its REST endpoint), else a local one
         **(remote_target(jobmanager) if jobmanager else {}),
     }
@@ -291,6 +298,14 @@ def gateway_lib(connector: Path) -> str:
     return str(lib)
 
 
+def use_tmp_dir(tmp_dir: str) -> None:
+    """Python's temporary files (PyFlink's copies of the job's files) and the JVM's go into
+    tmp_dir as well; Java ignores TMPDIR, hence java.io.tmpdir."""
+    Path(tmp_dir).mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = tmp_dir
+    os.environ["JVM_ARGS"] = f"{os.environ['JVM_ARGS']} -Djava.io.tmpdir={tmp_dir}".strip()
+
+
 def environment(settings: dict[str, str], jars: list[Path]) -> StreamExecutionEnvironment:
     config = Configuration()
     for key, value in settings.items():
@@ -372,6 +387,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--connector-dir", default="build/flink/lib", help="holds the Kafka connector")
     p.add_argument("--settings-out", help="write the applied settings here as JSON")
+    p.add_argument("--tmp-dir", help="the job's scratch files (made if missing); default: /tmp")
     p.add_argument(
         "--force-tsc", action="store_true", help="stamp with a TSC without constant/nonstop"
     )
@@ -398,11 +414,15 @@ def main(argv: list[str] | None = None) -> None:
     calibration = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     # the JVM PyFlink starts for the job takes these (read when the gateway starts, below)
     os.environ["JVM_ARGS"] = " ".join([os.environ.get("JVM_ARGS", ""), *jvm.JOB_OPTIONS]).strip()
-    settings = job_settings(args.checkpoint_interval_ms, args.parallelism, args.jobmanager)
+    settings = job_settings(
+        args.checkpoint_interval_ms, args.parallelism, args.jobmanager, args.tmp_dir
+    )
     jar = connector_jar(Path(args.connector_dir))
     if "PYFLINK_GATEWAY_PORT" not in os.environ:  # PyFlink starts the JVM (not `flink run`)
         # FLINK_HOME as PyFlink would find it: unset, PyFlink also resets FLINK_LIB_DIR
         os.environ.update(FLINK_HOME=str(PYFLINK), FLINK_LIB_DIR=gateway_lib(jar))
+    if args.tmp_dir:
+        use_tmp_dir(args.tmp_dir)
     env = environment(settings, [jar])
     source = env.from_source(
         kafka_source(args.bootstrap, args.input, args.group),

@@ -79,9 +79,11 @@ class FlinkSession:
 
     def _config(self) -> dict:
         """The cluster's config.yaml. The TaskManagers run the job's JVM options (hvbench_job.jvm)
-        and a heap above their -Xms1g; no managed memory is used (no RocksDB, no batch)."""
+        and a heap above their -Xms1g; no managed memory is used (no RocksDB, no batch). Their
+        working files go into the work directory (hvbench_job.job.job_settings: tmp_dir)."""
         return {
             "env.java.opts.all": distribution_java_opts(),
+            "io.tmp.dirs": str(self.work_dir / "tmp"),
             "env.java.opts.taskmanager": " ".join(jvm.JOB_OPTIONS),
             "jobmanager.bind-host": self.jobmanager,
             "jobmanager.rpc.address": self.jobmanager,
@@ -102,12 +104,13 @@ class FlinkSession:
             "FLINK_CONF_DIR": str(self.work_dir / "conf"),
             "FLINK_LIB_DIR": str(self.work_dir / "lib"),
             "FLINK_LOG_DIR": str(self.log_dir),
+            "FLINK_PID_DIR": str(self.work_dir),  # the scripts' pid files, else in /tmp
         }
 
     def prepare(self) -> None:
         """conf/ and lib/ in the work directory."""
         conf, lib = self.work_dir / "conf", self.work_dir / "lib"
-        for directory in (conf, lib, self.log_dir):
+        for directory in (conf, lib, self.log_dir, self.work_dir / "tmp"):
             directory.mkdir(parents=True, exist_ok=True)
         connectors = sorted(self.connector_dir.glob("flink-sql-connector-kafka-*.jar"))
         if not connectors:

@@ -576,6 +576,7 @@ def start_job(target: Target, parts: Parts, bootstrap: str) -> subprocess.Popen:
         paths.connector_dir,
         "--settings-out",
         f"{paths.work}/job-settings.json",
+        *("--tmp-dir", f"{paths.work}/job-tmp"),  # removed with the work directory
         *("--network", target.args.network),
         *(["--force-tsc"] if target.args.force_tsc else []),
         # on the machine that stamps send and receipt, the job stamps on the same clock
