@@ -341,13 +341,11 @@ test: lint kafka flink-connector browser rt-tools iptables ## lint, unit tests a
 # in CI, and the contention is what the boot and provision failures came from (a Xen provision
 # outlasted its 30 minutes beside the KVM host's). Each restores its provisioned host from a
 # layer in the test cache when nothing that provisioning reads has changed
-# (tests/testbed/layers.py; HVBENCH_TESTBED_FRESH=1 makes them again). docs/testing.md has the
-# figures. -rs prints what a restored layer covered, with its key and age.
+# (tests/testbed/layers.py; HVBENCH_TESTBED_FRESH=1 makes them again). The slow tier runs beside
+# the Xen module when its host was restored, else after it (tests/testbed/tier.py).
+# docs/testing.md has the figures. -rs prints what a restored layer covered, with its key and age.
 test-testbed: $(STAMP) kafka flink-connector rt-tools testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM, then Xen; then real campaigns here
-	$(PY) -m pytest -q -rs -m "testbed and not two_hosts" --durations=15 tests/testbed
-	@# the slow tier alone: its model fits use both cores each (side by side they took 302 s
-	@# against about 190 s one after the other)
-	$(PY) -m pytest -q -m "slow and not testbed" --durations=15
+	$(PY) tests/testbed/tier.py
 
 # Two QEMU hosts as one KVM testbed (tests/testbed/test_two_hosts.py): about 17 minutes on two
 # cores, more than CI's time allows, so run on its own.

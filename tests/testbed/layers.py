@@ -50,6 +50,8 @@ PROVISIONING_INPUTS = [
 HOST_ROLES = ["guests", "host_tuning", "hvbench_agent", "rt_profile", "guest_image"]
 FRESH = os.environ.get("HVBENCH_TESTBED_FRESH", "") not in ("", "0")
 REPORT: list[str] = []  # what each module did with its layer, for the tier's summary
+# a file written once a module's host is restored: tier.py starts the slow tier beside it
+RESTORED = os.environ.get("HVBENCH_TESTBED_RESTORED", "")
 
 
 def files_digest(paths: list[str]) -> str:
@@ -117,6 +119,8 @@ class Layer:
         self.proven = json.loads(self.record.read_text())["proven"]
         self.restored = True
         REPORT.append(f"restored from {self.describe()}; covered: {', '.join(self.proven)}")
+        if RESTORED:
+            Path(RESTORED).write_text(self.key)
         return self.dir
 
     def resume(self, vm) -> None:

@@ -135,3 +135,17 @@ def test_a_proved_test_is_recorded_by_the_running_tests_name(tmp_path, monkeypat
     made.save(SavedMachine())
     made.prove("rcu_nocbs")
     assert json.loads(made.record.read_text())["proven"] == ["test_the_reboot"]
+
+
+def test_a_restore_tells_the_tier_that_the_host_is_restored(tmp_path, monkeypatch):
+    """tier.py starts the slow tier beside the module once this file is written."""
+    signal = tmp_path / "signal" / "restored"
+    signal.parent.mkdir()
+    monkeypatch.setattr(layers, "RESTORED", str(signal))
+    made = layer(tmp_path / "cache")
+    made.save(SavedMachine())
+    assert not signal.exists()  # a module that makes its layer provisions: no signal
+    made.complete()
+    restored = layer(tmp_path / "cache")
+    restored.restore_from()
+    assert signal.read_text() == made.key
