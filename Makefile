@@ -88,7 +88,7 @@ GUEST_SOURCES  := $(shell find flink-job/src producers/src tsc_timer/src harness
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 
-.PHONY: help venv java browser rt-tools iptables kafka flink-connector data train run report model advise test test-testbed lint bench clean test-two-hosts \
+.PHONY: help venv java browser rt-tools iptables sshd kafka flink-connector data train run report model advise test test-testbed lint bench clean test-two-hosts \
 	campaign campaign-check check rerun account workload-inputs provision provision-settings teardown sched vcpu-sched xen-sched agent-wheel xen-hypervisor controller-tools testbed-tools guest-bundle
 
 # Generated: the targets' `## ` comments above and below, and make run's variables (spec.py).
@@ -138,6 +138,11 @@ rt-tools:
 # The guests' routes test (tests/roles/test_guest_peers.py) runs iptables in network namespaces.
 iptables:
 	@command -v iptables >/dev/null || { apt-get update -q && apt-get install -y -q iptables; }
+
+# The harness's shared SSH connections are tested against a private sshd (harness/tests).
+sshd:
+	@command -v ssh >/dev/null && test -x /usr/sbin/sshd \
+		|| { apt-get update -q && apt-get install -y -q openssh-client openssh-server; }
 
 # The report test opens the page in a real headless browser.
 browser:
@@ -333,7 +338,7 @@ testbed-tools:
 # .ci/run runs both.
 # The unit tests run on both cores (pytest-xdist: mostly model fits and report figures); the
 # real Kafka + Flink integration then runs alone, one broker and one job at a time.
-test: lint kafka flink-connector browser rt-tools iptables ## lint, unit tests and the real Kafka + Flink integration (budget 8 min, docs/testing.md)
+test: lint kafka flink-connector browser rt-tools iptables sshd ## lint, unit tests and the real Kafka + Flink integration (budget 8 min, docs/testing.md)
 	$(PY) -m pytest -q -n 2 -m "not testbed and not slow and not integration" --durations=10
 	$(PY) -m pytest -q -m "integration and not testbed and not slow" --durations=15
 

@@ -1,7 +1,9 @@
 """The pieces that let the harness run parts on other machines: the tether, the machine
 abstraction, the served broker, and the kvm and xen targets' refusals. The SSH path itself runs for
-real in tests/testbed/test_provision_kvm.py."""
+real in tests/testbed/test_provision_kvm.py; its shared connections run here against a private
+sshd."""
 
+import importlib.util
 import json
 import os
 import re
@@ -23,7 +25,9 @@ from hvbench_harness.testbed import (
     Testbed,
     TestbedError,
     TestbedHost,
+    close_shared,
     inventory_target,
+    shared_sockets,
     ssh_command,
 )
 
@@ -115,6 +119,53 @@ def test_a_remote_command_is_one_quoted_argument_after_ssh():
         "sudo",
         "-n",
     ]
+
+
+@pytest.fixture
+def private_sshd(tmp_path):
+    """This machine through an sshd of its own: the testbed tier's (tests/testbed/hostvm.py)."""
+    spec = importlib.util.spec_from_file_location("hostvm", REPO / "tests/testbed/hostvm.py")
+    hostvm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hostvm)
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    sshd = hostvm.ControllerSSH(tmp_path / "sshd", key)
+    sshd.start()
+    yield ("ssh", *sshd.ssh_options(), "-p", str(sshd.port), "root@127.0.0.1")
+    sshd.stop()
+
+
+def test_short_commands_share_one_connection_and_parts_keep_their_own(private_sshd):
+    """Machine.run's commands go over one SSH connection (the sshd session that runs them is
+    the same process), a part's over a connection of its own; at exit the shared connection
+    is ended and its folder removed."""
+    there = Machine("here over ssh", ssh=private_sshd)
+    session = "ps -o ppid= -p $$"  # the shell's parent: the sshd process of its connection
+    first, second = (there.run(["sh", "-c", session]).stdout.strip() for _ in range(2))
+    assert first == second
+    assert there.run(["cat", "/proc/self/comm"], input="").stdout.strip() == "cat"
+    part = there.start(["sh", "-c", session], stdout=subprocess.PIPE)
+    assert part.communicate(timeout=60)[0].decode().strip() != first
+    assert not any("ControlPath" in arg for arg in there.command(["true"]))
+    # an inventory's own ControlMaster=no comes first, and ssh keeps an option's first value
+    unshared = Machine("x", ssh=("ssh", "-o", "ControlMaster=no", "root@x"))
+    cmd = unshared.command(["true"], shared=True)
+    assert cmd.index("ControlMaster=no") < cmd.index("ControlMaster=auto") < cmd.index("root@x")
+    folder = shared_sockets()
+    try:
+        (socket,) = folder.iterdir()
+        check = ["ssh", "-o", f"ControlPath={socket}", "-O", "check", "shared"]
+        running = subprocess.run(check, capture_output=True, text=True)
+        assert running.returncode == 0, running.stderr
+        master = int(re.search(r"Master running \(pid=(\d+)\)", running.stderr)[1])
+        close_shared(folder)
+        assert not folder.exists()
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{master}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)  # polls for the master's exit, which the exit request starts
+        assert not Path(f"/proc/{master}").exists()
+    finally:
+        shared_sockets.cache_clear()
 
 
 def test_ssh_commands_come_from_ansibles_connection_variables():

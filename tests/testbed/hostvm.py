@@ -499,8 +499,9 @@ class HostVM:
         )
 
     def ssh(self, command: str, check: bool = True, timeout: float = 600, input: str | None = None):
+        to_host = ["-p", str(self.port), "root@127.0.0.1"]
         return subprocess.run(
-            ["ssh", *self.ssh_options(), "-p", str(self.port), "root@127.0.0.1", command],
+            ["ssh", *self.ssh_options(), *self.shared_options(), *to_host, command],
             input=input,
             stdin=None if input is not None else subprocess.DEVNULL,
             capture_output=True,
@@ -537,6 +538,16 @@ class HostVM:
         quota, cpus = start.stdout.split("\n")[:2]
         if quota.startswith("max") or cpus != f"0-{self.cpus - 1}":
             raise HostVMError(f"hold-static-keys holds no quota or cpuset: {start.stdout!r}")
+
+    def shared_options(self) -> list[str]:
+        """The test's commands share one SSH connection to the host while they follow each
+        other: each new one costs about 2 s of handshake under TCG. It ends 10 s after the last
+        command, so a host that reboots (in a playbook, which takes minutes) is never asked
+        through a connection from before. Ansible shares its own (inventory)."""
+        path = f"{self.work}/ssh-%C"
+        if len(path) > 100:  # a Unix socket's path: 108 bytes at most
+            return []
+        return ["-o", "ControlMaster=auto", "-o", f"ControlPath={path}", "-o", "ControlPersist=10"]
 
     def ssh_options(self) -> list[str]:
         return [

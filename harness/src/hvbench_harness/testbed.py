@@ -10,11 +10,15 @@ playbooks/testbed.yml (the guests are reached through their host).
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +29,52 @@ REPO = Path(__file__).resolve().parents[3]
 
 class TestbedError(RuntimeError):
     __test__ = False  # not a test class, despite its name
+
+
+# A machine's short commands (Machine.run, Machine.fetch) share one SSH connection: a run makes
+# dozens of them (the agent's apply, read-back, reset, checks), and each new connection pays a
+# whole handshake (about 2 s on an emulated test host). The parts a run starts keep a connection
+# each, so that one part's connection lost or stopped is that part's fault alone.
+SHARED_IDLE_S = 30  # a shared connection ends this long after its last command
+SOCKET_PATH_MAX = 100  # a Unix socket's path is at most 108 bytes; %C is 40 of them
+
+
+@functools.cache
+def shared_sockets() -> Path | None:
+    """This process's folder of shared connections (their sockets), made on first use; at
+    exit each connection is told to end and the folder goes. None where the temporary folder's
+    path leaves no room for a socket's name: the commands then connect each on their own."""
+    folder = Path(tempfile.mkdtemp(prefix="hvbench-ssh-"))
+    if len(str(folder)) + 41 > SOCKET_PATH_MAX:
+        folder.rmdir()
+        return None
+    atexit.register(close_shared, folder)
+    return folder
+
+
+def close_shared(folder: Path) -> None:
+    """End every shared connection in `folder` and remove it."""
+    for socket in folder.glob("*"):
+        subprocess.run(
+            ["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "shared"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def shared_options() -> tuple[str, ...]:
+    """ssh's options for a command over the machine's shared connection (the inventory's own
+    ssh_args come first and win: an inventory with ControlMaster=no keeps its own)."""
+    folder = shared_sockets()
+    if folder is None:
+        return ()
+    return (
+        *("-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C"),
+        *("-o", f"ControlPersist={SHARED_IDLE_S}"),
+    )
 
 
 @dataclass(frozen=True)
@@ -42,11 +92,16 @@ class Machine:
     def remote(self) -> bool:
         return bool(self.ssh)
 
-    def command(self, args: list[str], root: bool = False) -> list[str]:
+    def command(self, args: list[str], root: bool = False, shared: bool = False) -> list[str]:
+        """The command line that runs `args` there; `shared`: over the machine's shared SSH
+        connection (short commands only, see SHARED_IDLE_S)."""
         args = [str(a) for a in args]
         if root and self.sudo:
             args = ["sudo", "-n", *args]
-        return [*self.ssh, shlex.join(args)] if self.ssh else args
+        if not self.ssh:
+            return args
+        *ssh, destination = self.ssh
+        return [*ssh, *(shared_options() if shared else ()), destination, shlex.join(args)]
 
     def module(self, module: str, *args: str) -> list[str]:
         return [self.python, "-m", module, *[str(a) for a in args]]
@@ -78,7 +133,7 @@ class Machine:
     ) -> subprocess.CompletedProcess:
         try:
             proc = subprocess.run(
-                self.command(args, root=root),
+                self.command(args, root=root, shared=True),
                 **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
                 capture_output=True,
                 text=True,
@@ -102,7 +157,7 @@ class Machine:
             subprocess.run(["cp", "-a", f"{directory}/.", str(into)], check=True)
             return
         with subprocess.Popen(
-            self.command(["tar", "-C", directory, "-cf", "-", "."]),
+            self.command(["tar", "-C", directory, "-cf", "-", "."], shared=True),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
         ) as sender:
