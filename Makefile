@@ -347,7 +347,7 @@ test: lint kafka flink-connector browser rt-tools iptables sshd ## lint, unit te
 # outlasted its 30 minutes beside the KVM host's). Each restores its provisioned host from a
 # layer in the test cache when nothing that provisioning reads has changed
 # (tests/testbed/layers.py; HVBENCH_TESTBED_FRESH=1 makes them again). The slow tier runs beside
-# the Xen module when its host was restored, else after it (tests/testbed/tier.py).
+# the first module whose host was restored, else after both (tests/testbed/tier.py).
 # docs/testing.md has the figures. -rs prints what a restored layer covered, with its key and age.
 test-testbed: $(STAMP) kafka flink-connector rt-tools testbed-tools agent-wheel ## QEMU guests play the host and are provisioned for real: KVM, then Xen; then real campaigns here
 	$(PY) tests/testbed/tier.py

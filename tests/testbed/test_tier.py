@@ -1,6 +1,6 @@
-"""make test-testbed's order (tier.py): the slow tier starts beside the Xen module only once
-its host is restored, else after it; every step's exit code counts. Stand-in steps: short
-Python processes that record when they ran (the tier itself runs the real ones)."""
+"""make test-testbed's order (tier.py): the modules one after the other, the slow tier beside
+the first whose host is restored, else after both; every step's exit code counts. Stand-in
+steps: short Python processes that record when they ran (the tier itself runs the real ones)."""
 
 import sys
 
@@ -34,22 +34,40 @@ def log(tmp_path, monkeypatch):
     return tmp_path / "steps.log"
 
 
-def test_the_slow_tier_runs_beside_a_restored_xen_host(log, monkeypatch, capsys):
-    # the Xen module ends only after the slow tier has ended: they overlap
-    monkeypatch.setattr(tier, "SECOND", stand_in(log, "xen", signal=True, wait_for="slow ended"))
-    monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow"))
-    assert tier.xen_beside_slow(0.0) == (0, 0)
-    assert log.read_text().splitlines() == ["xen started", "slow started", "slow ended",
-                                            "xen ended"]  # fmt: skip
-    assert "the slow tier, beside the restored Xen host" in capsys.readouterr().out
+def order(log) -> list[str]:
+    return log.read_text().splitlines()
 
 
-def test_without_a_restore_the_slow_tier_waits_for_the_xen_module(log, monkeypatch, capsys):
-    monkeypatch.setattr(tier, "SECOND", stand_in(log, "xen", code=1))
+def test_the_slow_tier_runs_beside_the_first_restored_module(log, monkeypatch, capsys):
+    # the KVM module ends only after the slow tier has ended: they overlap
+    kvm = stand_in(log, "kvm", signal=True, wait_for="slow ended")
+    monkeypatch.setattr(tier, "FIRST", kvm)
+    monkeypatch.setattr(tier, "SECOND", stand_in(log, "xen", signal=True))
     monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow"))
-    assert tier.xen_beside_slow(0.0) == (1, 0)
-    assert log.read_text().splitlines() == ["xen started", "xen ended", "slow started",
-                                            "slow ended"]  # fmt: skip
+    assert tier.main() == 0
+    assert order(log) == ["kvm started", "slow started", "slow ended", "kvm ended",
+                          "xen started", "xen ended"]  # fmt: skip
+    assert "the slow tier, beside the KVM module" in capsys.readouterr().out
+
+
+def test_after_a_miss_the_slow_tier_waits_for_a_restored_module(log, monkeypatch, capsys):
+    monkeypatch.setattr(tier, "FIRST", stand_in(log, "kvm"))
+    xen = stand_in(log, "xen", signal=True, wait_for="slow ended")
+    monkeypatch.setattr(tier, "SECOND", xen)
+    monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow"))
+    assert tier.main() == 0
+    assert order(log) == ["kvm started", "kvm ended", "xen started", "slow started",
+                          "slow ended", "xen ended"]  # fmt: skip
+    assert "the slow tier, beside the Xen module" in capsys.readouterr().out
+
+
+def test_without_a_restore_the_slow_tier_runs_after_the_modules(log, monkeypatch, capsys):
+    monkeypatch.setattr(tier, "FIRST", stand_in(log, "kvm"))
+    monkeypatch.setattr(tier, "SECOND", stand_in(log, "xen"))
+    monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow"))
+    assert tier.main() == 0
+    assert order(log) == ["kvm started", "kvm ended", "xen started", "xen ended",
+                          "slow started", "slow ended"]  # fmt: skip
     out = capsys.readouterr().out
     assert "the slow tier, alone" in out and "it ended with 0" in out
 
@@ -57,7 +75,15 @@ def test_without_a_restore_the_slow_tier_waits_for_the_xen_module(log, monkeypat
 def test_a_failed_step_fails_the_tier(log, monkeypatch):
     monkeypatch.setattr(tier, "FIRST", stand_in(log, "kvm", code=2))
     monkeypatch.setattr(tier, "SECOND", stand_in(log, "xen"))
-    assert tier.main() == 2 and "xen" not in log.read_text()  # make's order: stop there
+    monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow"))
+    assert tier.main() == 2 and order(log) == ["kvm started", "kvm ended"]  # make's order
+    log.unlink()
+    # a module that fails beside the slow tier: the slow tier ends first, its output shown
+    failing = stand_in(log, "kvm", code=1, signal=True, wait_for="slow ended")
+    monkeypatch.setattr(tier, "FIRST", failing)
+    assert tier.main() == 1 and "xen started" not in order(log)
+    assert "slow ended" in order(log)
+    log.unlink()
     monkeypatch.setattr(tier, "FIRST", stand_in(log, "kvm"))
     monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow", code=5))  # 5: no test collected
     assert tier.main() == 5

@@ -1,15 +1,16 @@
-"""make test-testbed: the testbed modules, then the slow tier (docs/testing.md has the figures).
+"""make test-testbed: the testbed modules one after the other, and the slow tier beside the first
+of them whose host is restored (docs/testing.md has the figures).
 
-1. The KVM module and the other testbed tests, alone.
-2. The Xen module. Once its host is restored from its layer (layers.py: a hit, so nothing is
-   provisioned or booted from scratch), the slow tier starts beside it: the module then keeps
-   about two thirds of the cores busy, and the two together take about as long as the slower
-   one. On a miss the slow tier waits for the module's end: the Xen host's first provision
-   beside the model's fits outlasted its timeouts.
+1. The KVM module and the other testbed tests.
+2. The Xen module.
+3. The slow tier: it starts beside the first module whose host is restored from its layer
+   (layers.py: a hit, so nothing is provisioned or booted from scratch); a restored module
+   keeps the cores only partly busy. On a miss of both it starts after them: a host's first
+   provision beside other load outlasted its timeouts.
 
-The Xen module prints as it goes; the slow tier's output is kept in a file and printed whole
-when both have ended. Exits non-zero when any step failed (pytest's own codes: a step that
-collected no test fails too).
+The modules print as they go; the slow tier's output is kept in a file and printed whole when
+it has ended. Exits non-zero when any step failed (pytest's own codes: a step that collected no
+test fails too); a failed module ends the tier once the slow tier, if started, has ended.
 """
 
 from __future__ import annotations
@@ -36,35 +37,56 @@ def step(name: str, started: float) -> None:
     print(f"=== {name} ({time.monotonic() - started:.0f} s into the tier)", flush=True)
 
 
-def xen_beside_slow(started: float) -> tuple[int, int]:
-    """The Xen module, and the slow tier beside it once the module's host is restored."""
-    with tempfile.TemporaryDirectory(prefix="hvbench-tier-") as scratch:
-        restored = Path(scratch) / "restored"
-        slow_log = Path(scratch) / "slow.log"
-        env = {**os.environ, "HVBENCH_TESTBED_RESTORED": str(restored)}
-        xen = subprocess.Popen(SECOND, cwd=REPO, env=env)
-        while xen.poll() is None and not restored.exists():
+class SlowTier:
+    """The slow tier, started once, its output kept in `log`."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, where: str, started: float) -> None:
+        step(f"the slow tier, {where}", started)
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(SLOW, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+
+    def wait(self, started: float) -> int:
+        code = self.proc.wait()
+        step(f"the slow tier's output (it ended with {code})", started)
+        sys.stdout.write(self.log.read_text(errors="replace"))
+        return code
+
+
+def module(name: str, command: list[str], restored: Path, slow: SlowTier, started: float) -> int:
+    """One testbed module; the slow tier starts beside it once its host is restored, unless it
+    runs already."""
+    step(name, started)
+    env = {**os.environ, "HVBENCH_TESTBED_RESTORED": str(restored)}
+    proc = subprocess.Popen(command, cwd=REPO, env=env)
+    while slow.proc is None and proc.poll() is None:
+        if restored.exists():
+            slow.start(f"beside {name}, whose host is restored", started)
+        else:
             time.sleep(POLL_S)  # waits for a condition, polled
-        beside = xen.poll() is None
-        step("the slow tier, " + ("beside the restored Xen host" if beside else "alone"), started)
-        with slow_log.open("wb") as out:
-            slow = subprocess.Popen(SLOW, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-            codes = xen.wait(), slow.wait()
-        step(f"the slow tier's output (it ended with {codes[1]})", started)
-        sys.stdout.write(slow_log.read_text(errors="replace"))
-        return codes
+    return proc.wait()
 
 
 def main() -> int:
     started = time.monotonic()
-    step("the KVM module and the other testbed tests", started)
-    first = subprocess.run(FIRST, cwd=REPO).returncode
-    if first != 0:
-        return first
-    step("the Xen module", started)
-    xen, slow = xen_beside_slow(started)
-    step(f"done: Xen module {xen}, slow tier {slow}", started)
-    return xen or slow
+    with tempfile.TemporaryDirectory(prefix="hvbench-tier-") as scratch:
+        slow = SlowTier(Path(scratch) / "slow.log")
+        codes = []
+        for i, (name, command) in enumerate(
+            [("the KVM module and the other testbed tests", FIRST), ("the Xen module", SECOND)]
+        ):
+            codes.append(module(name, command, Path(scratch) / f"restored-{i}", slow, started))
+            if codes[-1] != 0:
+                break  # make's order: a failed module ends the tier
+        if slow.proc is None and not any(codes):
+            slow.start("alone, after the modules", started)
+        if slow.proc is not None:
+            codes.append(slow.wait(started))
+    step(f"done: exit codes {codes}", started)
+    return next((code for code in codes if code != 0), 0)
 
 
 if __name__ == "__main__":
