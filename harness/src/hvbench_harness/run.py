@@ -812,6 +812,12 @@ def drain(
             for consumer, _ in consumers:
                 stop_process(consumer, 60)
     relay(consumers, progress, started)
+    if drain_deadline is None:
+        # the consumers had every record before the producers were seen to end (under load,
+        # a producer's exit can take seconds): the sending window still ends when they do
+        for proc in producers:
+            proc.wait()  # as check_clients does next
+        target.energy.mark("sent")
     if sys.stdout.isatty():
         print()
     if usage.pids:
