@@ -110,7 +110,10 @@ def test_the_jobs_scratch_files_go_where_it_is_told(tmp_path, monkeypatch):
     from hvbench_job import job
 
     monkeypatch.setenv("JVM_ARGS", "-Xss1m")
-    monkeypatch.delenv("TMPDIR", raising=False)  # put back as it was after the test
+    # setenv records TMPDIR's old value (even its absence) so the test puts it back: delenv of an
+    # unset name records nothing, and the job's TMPDIR then leaked into the worker's later tests
+    # (chromium, given that long TMPDIR, died on a socket path over 108 bytes)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)
     scratch = tmp_path / "work" / "job-tmp"
     job.use_tmp_dir(str(scratch))
