@@ -38,12 +38,16 @@ def order(log) -> list[str]:
     return log.read_text().splitlines()
 
 
+def steps(monkeypatch, kvm: list, xen: list, slow: list) -> None:
+    """The tier's three steps replaced by stand-ins."""
+    for name, step in (("FIRST", kvm), ("SECOND", xen), ("SLOW", slow)):
+        monkeypatch.setattr(tier, name, step)
+
+
 def test_the_slow_tier_runs_beside_the_first_restored_module(log, monkeypatch, capsys):
     # the KVM module ends only after the slow tier has ended: they overlap
     kvm = stand_in(log, "kvm", signal=True, wait_for="slow ended")
-    monkeypatch.setattr(tier, "FIRST", kvm)
-    monkeypatch.setattr(tier, "SECOND", stand_in(log, "xen", signal=True))
-    monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow"))
+    steps(monkeypatch, kvm, stand_in(log, "xen", signal=True), stand_in(log, "slow"))
     assert tier.main() == 0
     assert order(log) == ["kvm started", "slow started", "slow ended", "kvm ended",
                           "xen started", "xen ended"]  # fmt: skip
@@ -51,10 +55,8 @@ def test_the_slow_tier_runs_beside_the_first_restored_module(log, monkeypatch, c
 
 
 def test_after_a_miss_the_slow_tier_waits_for_a_restored_module(log, monkeypatch, capsys):
-    monkeypatch.setattr(tier, "FIRST", stand_in(log, "kvm"))
     xen = stand_in(log, "xen", signal=True, wait_for="slow ended")
-    monkeypatch.setattr(tier, "SECOND", xen)
-    monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow"))
+    steps(monkeypatch, stand_in(log, "kvm"), xen, stand_in(log, "slow"))
     assert tier.main() == 0
     assert order(log) == ["kvm started", "kvm ended", "xen started", "slow started",
                           "slow ended", "xen ended"]  # fmt: skip
@@ -62,9 +64,7 @@ def test_after_a_miss_the_slow_tier_waits_for_a_restored_module(log, monkeypatch
 
 
 def test_without_a_restore_the_slow_tier_runs_after_the_modules(log, monkeypatch, capsys):
-    monkeypatch.setattr(tier, "FIRST", stand_in(log, "kvm"))
-    monkeypatch.setattr(tier, "SECOND", stand_in(log, "xen"))
-    monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow"))
+    steps(monkeypatch, stand_in(log, "kvm"), stand_in(log, "xen"), stand_in(log, "slow"))
     assert tier.main() == 0
     assert order(log) == ["kvm started", "kvm ended", "xen started", "xen ended",
                           "slow started", "slow ended"]  # fmt: skip
@@ -73,9 +73,7 @@ def test_without_a_restore_the_slow_tier_runs_after_the_modules(log, monkeypatch
 
 
 def test_a_failed_step_fails_the_tier(log, monkeypatch):
-    monkeypatch.setattr(tier, "FIRST", stand_in(log, "kvm", code=2))
-    monkeypatch.setattr(tier, "SECOND", stand_in(log, "xen"))
-    monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow"))
+    steps(monkeypatch, stand_in(log, "kvm", code=2), stand_in(log, "xen"), stand_in(log, "slow"))
     assert tier.main() == 2 and order(log) == ["kvm started", "kvm ended"]  # make's order
     log.unlink()
     # a module that fails beside the slow tier: the slow tier ends first, its output shown
