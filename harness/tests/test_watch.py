@@ -1,10 +1,17 @@
 """The progress watch's stall clock: no result for STALL_S while sending is a stall; a slow
-job (results slow, not zero), the start of sending and a broker restart are not."""
+job (results slow, not zero), the start of sending and a broker restart are not. Producers
+that do not end once the consumers have every record fail the run instead of holding it."""
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
 
+import pytest
 from hvbench_harness import target as targets
-from hvbench_harness.run import RECONNECT_S, Stall, stall_limit
+from hvbench_harness.parts import RunError
+from hvbench_harness.run import RECONNECT_S, Stall, stall_limit, wait_for_producers
 
 
 def figures(got: int, due: int = 360, letters: int = 0) -> dict:
@@ -46,3 +53,20 @@ def test_the_limit_is_the_requested_or_the_targets_and_never_under_a_few_send_ga
     assert stall_limit(args(stall_s=3.0), bare) == 3.0
     assert stall_limit(args(send_ms=5000.0), bare) == 20.0  # a record every 5 s
     assert stall_limit(args(send_ms=1000.0, ramp=5.0), bare) == 40.0  # 10 % of the rate
+
+
+def test_producers_stopped_after_the_consumers_had_everything_fail_the_run_not_hang_it():
+    # a real process stopped (SIGSTOP) as a hung producer would be, beside one that has ended
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    hung = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        os.kill(hung.pid, signal.SIGSTOP)
+        with pytest.raises(RunError) as failed:
+            wait_for_producers([ended, hung], limit_s=1.0)
+        why = str(failed.value)
+        assert f"(pair 1, pid {hung.pid}) had not ended 1 s after the consumers" in why
+        assert ended.returncode == 0 and hung.poll() is None
+    finally:
+        os.kill(hung.pid, signal.SIGCONT)
+        hung.kill()
+        hung.wait()

@@ -815,8 +815,7 @@ def drain(
     if drain_deadline is None:
         # the consumers had every record before the producers were seen to end (under load,
         # a producer's exit can take seconds): the sending window still ends when they do
-        for proc in producers:
-            proc.wait()  # as check_clients does next
+        wait_for_producers(producers)
         target.energy.mark("sent")
     if sys.stdout.isatty():
         print()
@@ -824,6 +823,27 @@ def drain(
         meta_doc["cpu_per_part"] = usage.result(args.records)
     check_clients(parts, consumers, producers)
     return steal
+
+
+# Once the consumers have every record, a pair's producers only flush and exit (seconds under
+# load); not ended after this long, they are hung (stopped, say) and the run fails instead of
+# waiting on them. Its teardown then ends them as it ends every part.
+PRODUCERS_EXIT_S = 60.0
+
+
+def wait_for_producers(
+    producers: list[subprocess.Popen], limit_s: float = PRODUCERS_EXIT_S
+) -> None:
+    """Every pair's producers ended within `limit_s` seconds in all, else RunError."""
+    deadline = time.monotonic() + limit_s
+    for pair, proc in enumerate(producers):
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise RunError(
+                f"the producers (pair {pair}, pid {proc.pid}) had not ended {limit_s:g} s after "
+                "the consumers had every record: hung (stopped?)"
+            ) from None
 
 
 def check_clients(parts: Parts, consumers: list, producers: list[subprocess.Popen]) -> None:
