@@ -3,10 +3,11 @@ of them whose host is restored (docs/testing.md has the figures).
 
 1. The KVM module and the other testbed tests.
 2. The Xen module.
-3. The slow tier: it starts beside the first module whose host is restored from its layer
-   (layers.py: a hit, so nothing is provisioned or booted from scratch); a restored module
-   keeps the cores only partly busy. On a miss of both it starts after them: a host's first
-   provision beside other load outlasted its timeouts.
+3. The slow tier (marker `slow`: real campaigns, and a host booted to fail): it starts beside
+   the first module whose host is restored from its layer (layers.py: a hit, so nothing is
+   provisioned or booted from scratch); a restored module keeps the cores only partly busy.
+   On a miss of both it starts after them: a host's first provision beside other load
+   outlasted its timeouts.
 
 The modules print as they go; the slow tier's output is kept in a file and printed whole when
 it has ended. Exits non-zero when any step failed (pytest's own codes: a step that collected no
@@ -25,11 +26,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PYTEST = [sys.executable, "-m", "pytest", "-q"]
 XEN = "tests/testbed/test_provision_xen.py"
-FIRST = [*PYTEST, "-rs", "-m", "testbed and not two_hosts", "--durations=15",
-         f"--ignore={XEN}", "tests/testbed"]  # fmt: skip
-SECOND = [*PYTEST, "-rs", "-m", "testbed and not two_hosts", "--durations=15", XEN]
-# the slow tier's model fits use both cores each: never two of its tests at once
-SLOW = [*PYTEST, "-m", "slow and not testbed", "--durations=15"]
+MODULES = "testbed and not two_hosts and not slow"
+FIRST = [*PYTEST, "-rs", "-m", MODULES, "--durations=15", f"--ignore={XEN}", "tests/testbed"]
+SECOND = [*PYTEST, "-rs", "-m", MODULES, "--durations=15", XEN]
+# The slow tier's model fits use both cores each: never two of its tests at once. It holds the
+# one testbed test that needs no provisioned host (a host booted to fail, test_hostvm.py): two
+# minutes of one emulated CPU, which made the first module's host, and so the slow tier, wait.
+SLOW = [*PYTEST, "-rs", "-m", "slow and not two_hosts", "--durations=15"]
 POLL_S = 2
 
 
