@@ -5,6 +5,7 @@ SCHED=deadline on pinned threads are refused with the reason."""
 import os
 import shutil
 import signal
+import time
 
 import pytest
 from hvbench_agent.neighbours import parse as neighbours_of
@@ -133,15 +134,24 @@ def test_stopped_loads_are_continued_at_their_stop_and_none_is_left(tmp_path):
 
 @pytest.mark.skipif(shutil.which("stress-ng") is None, reason="make rt-tools installs stress-ng")
 def test_stressors_left_by_a_killed_stress_ng_are_found_and_ended(tmp_path):
-    """stress-ng killed outright leaves its stressors running: the teardown's check, given the
+    """A stopped stress-ng killed after its grace leaves its stopped stressors behind (running,
+    they would end themselves: stress-ng gives them a signal on their parent's death, so a
+    running one may or may not still be there to find). The teardown's check, given the
     neighbours' processes seen at their start, ends them and records it."""
     parts = Parts(tmp_path)  # before the loads: older processes are never the run's
     noise = neighbours.LocalNoise(neighbours_of("1:cpu"), None, request("NOISE=1:cpu"), tmp_path)
     noise.start()
     seen = noise.processes()
+    assert len(seen) == 2  # stress-ng and its stressor
+    for process in seen:
+        os.kill(process.pid, signal.SIGSTOP)
+    while not all((now := running(p.pid)) and now.stopped for p in seen):
+        time.sleep(0.01)  # a process stops once it next runs: polled until each has
     os.kill(noise.loads()[0].proc.pid, signal.SIGKILL)
     noise.loads()[0].proc.wait()
     done = parts.verify({"a neighbour (stress-ng)": seen})
     assert done["left"] == []
-    assert [e["part"] for e in done["ended"]] == ["a neighbour (stress-ng)"]
+    assert [(e["part"], e["was_stopped"]) for e in done["ended"]] == [
+        ("a neighbour (stress-ng)", True)
+    ]
     assert [p.pid for p in seen if running(p.pid)] == []
