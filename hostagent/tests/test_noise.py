@@ -2,10 +2,15 @@
 runs, the wake-ups from before the setting left out."""
 
 import json
+import re
+import time
+from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 from hvbench_agent import noise
 from hvbench_agent.sched import Setting
+from hvbench_agent.sched.linux import readback_threads
 
 
 def test_the_command_takes_the_runs_cpu_latency_limit_or_none():
@@ -28,12 +33,29 @@ def test_cyclictest_runs_under_the_setting(tmp_path, setting, applied):
     probe = noise.TimerProbe(2, tmp_path / "cyclictest.out", pm_qos_us=None)
     probe.start()
     got = probe.under(setting, f"test-noise-{setting.sched}")
+    later = readback_after_wakeups([r["tid"] for r in got["readback"]], 5)
     kept, summary = probe.finish()
     assert got["applied"] == applied and summary["exit_code"] == 0
+    # the thread keeps the setting: it had set its own policy before (it did so after the
+    # setting, now and then, when the setting came as soon as the thread appeared)
+    assert [asdict(r) for r in later] == got["readback"]
     policies = {r["policy"] for r in got["readback"]}
     assert policies == ({"SCHED_DEADLINE"} if setting.sched == "deadline" else {"SCHED_OTHER"})
     assert summary["skipped"] >= noise.MARGIN_WAKEUPS and len(kept) > 0
     assert summary["wakeups"] == summary["skipped"] + len(kept) and min(kept) >= 0
+
+
+def readback_after_wakeups(tids: list[int], wakeups: int) -> list:
+    """The threads' settings once each has slept and woken `wakeups` more times."""
+
+    def switches(tid: int) -> int:
+        status = Path(f"/proc/{tid}/status").read_text()
+        return int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M)[1])
+
+    start = {tid: switches(tid) for tid in tids}
+    while any(switches(tid) < start[tid] + wakeups for tid in tids):
+        time.sleep(0.001)  # polls a condition
+    return readback_threads(tids)
 
 
 def test_percentiles_are_nearest_rank_as_the_report_takes_them():

@@ -12,7 +12,9 @@ or, in one call that also writes every kept wake-up to a CSV and adds the percen
 
 One measuring thread wakes every `interval_us` (1 ms) and records how late it woke. cyclictest
 cannot start a thread under SCHED_DEADLINE itself, so the setting is applied once its thread
-runs; the wake-ups before that, and a margin, are left out and counted (`skipped`). cyclictest
+runs its loop: the thread first pins itself and sets its own policy (`--policy`), which would
+undo a setting given earlier. The wake-ups before the setting, and a margin, are left out and
+counted (`skipped`). cyclictest
 holds /dev/cpu_dma_latency at 0 µs unless told otherwise: it is given the run's own limit
 (`--latency`), or none (`--laptop`) when the run holds none, so it measures the machine as the
 run has it. docs/tracing.md, "BASELINE=1".
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 import shutil
 import subprocess
 import time
@@ -37,6 +40,10 @@ from .sched.linux import CpuQuota, apply_deadline, readback_threads, threads_of
 
 INTERVAL_US = 1000
 MARGIN_WAKEUPS = 20  # left out after the setting applied, so none straddles the change
+THREAD_START_S = 10  # for the measuring thread to reach its loop (milliseconds when idle)
+# The call cyclictest's measuring thread sleeps in, between wake-ups, by architecture: it makes
+# none before its loop, after its own affinity and policy are set.
+CLOCK_NANOSLEEP = {"x86_64": 230, "aarch64": 115}
 
 
 def cyclictest_command(seconds: float, interval_us: int, pm_qos_us: int | None) -> list[str]:
@@ -78,18 +85,20 @@ class TimerProbe:
         self.started = time.monotonic()
 
     def measuring_threads(self) -> list[int]:
-        """cyclictest's measuring thread (every thread but its main one), once it runs, free
-        to run on any CPU its process may use, like the job's threads: cyclictest pins it to
-        one CPU, and SCHED_DEADLINE refuses a pinned thread."""
-        deadline = time.monotonic() + 5
+        """cyclictest's measuring thread (every thread but its main one), once it sleeps in its
+        loop, free to run on any CPU its process may use, like the job's threads: cyclictest
+        pins it to one CPU, and SCHED_DEADLINE refuses a pinned thread."""
+        if platform.machine() not in CLOCK_NANOSLEEP:
+            raise Refused(f"no noise floor on {platform.machine()}: its clock_nanosleep unknown")
+        deadline = time.monotonic() + THREAD_START_S
         while time.monotonic() < deadline:
             tids = [t for t, _ in threads_of(self.proc.pid, ["^cyclictest"]) if t != self.proc.pid]
-            if tids:
+            if tids and all(map(in_its_loop, tids)):
                 for tid in tids:
                     os.sched_setaffinity(tid, os.sched_getaffinity(self.proc.pid))
                 return tids
-            time.sleep(0.01)
-        raise Refused("cyclictest's measuring thread did not start")
+            time.sleep(0.001)  # polls a condition
+        raise Refused(f"cyclictest's measuring thread did not reach its loop in {THREAD_START_S} s")
 
     def under(self, setting: Setting, name: str) -> dict:
         """Give the measuring thread the run's setting; what was applied and read back."""
@@ -133,6 +142,16 @@ class TimerProbe:
             "skipped": len(rows) - len(kept),
         }
         return kept, summary
+
+
+def in_its_loop(tid: int) -> bool:
+    """True once the thread sleeps in clock_nanosleep: /proc/<tid>/syscall begins with the
+    number of the call the thread is blocked in ("running" while it runs)."""
+    try:
+        call = Path(f"/proc/{tid}/syscall").read_text().split()
+    except OSError:
+        return False
+    return bool(call) and call[0] == str(CLOCK_NANOSLEEP[platform.machine()])
 
 
 def percentiles(values: list[int], ps: list[float]) -> list[int]:
