@@ -122,6 +122,29 @@ def test_a_clusters_vms_get_their_roles_addresses_and_pool(tmp_path):
     ]
 
 
+@pytest.mark.parametrize(
+    ("hypervisor", "more", "console", "args"),
+    [
+        ("kvm", {}, "/var/lib/hvbench/disks/r.console.log",
+         "120 900 'virsh -c qemu:///system list' fatal"),
+        ("xen", {"guests_xen_on_crash": "restart", "guests_first_sign_s": 60},
+         "/var/log/xen/console/guest-r.log", "60 900 'xl list' restarts"),
+        ("xen", {"xen_host_console_log": False}, "-", "120 900 'xl list' fatal"),
+    ],
+)  # fmt: skip
+def test_the_boot_watch_gets_each_guests_console_and_address(
+    tmp_path, hypervisor, more, console, args
+):
+    out = tmp_path / "boot.json"
+    settings = {"guests_list_file": str(tmp_path / "list.json"), "guests_boot_file": str(out)}
+    settings |= {"hvbench_hypervisor": hypervisor, "hvbench_state_dir": "/var/lib/hvbench"}
+    proc = check(tmp_path, {}, "list.yml", **settings, **more)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    boot = json.loads(out.read_text())
+    assert " ".join(boot["args"].split()) == args
+    assert {"name": "r", "console": console, "guest": f"r:192.168.123.11:{console}"} in boot["list"]
+
+
 # --- several hosts as one testbed (docs/cluster.md) ---
 
 
@@ -220,3 +243,14 @@ def test_the_testbed_file_of_several_hosts_gives_the_harness_each_hosts_vms(tmp_
     assert (testbed.messaging_domain, testbed.host.ssh[-1]) == ("m", "root@198.51.100.1")
     assert testbed.realtime_addresses == ("192.168.123.11", "192.168.124.11", "192.168.124.41")
     assert "root@198.51.100.2" in " ".join(testbed.realtime_vms[1].ssh)  # through its host
+
+
+@pytest.mark.parametrize(
+    "waits",
+    [{"guests_first_sign_s": 0}, {"guests_first_sign_s": "2m"}, {"guests_boot_timeout_s": 60}],
+)
+def test_a_bad_boot_wait_is_refused(tmp_path, waits):
+    proc = check(tmp_path, {}, **waits)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out[-3000:]
+    assert "are whole seconds from 1 to 99999, the first not above the second" in out, out[-3000:]

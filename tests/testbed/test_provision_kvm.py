@@ -89,8 +89,10 @@ def small_testbed_vars(key: Path, bundle: Path | None = None) -> dict:
         # The host VM's emulated CPU under TCG: nested guests keep QEMU's default model.
         "guests_kvm_cpu_mode": "",
         # Each byte a nested guest writes to its serial console is an exit emulated under TCG:
-        # its boot log (40 kB) cost each guest about 15 s of boot.
-        "guests_kernel_args": ["quiet", *SLOW_GUEST_KERNEL_ARGS],
+        # its boot log (40 kB) cost each guest about 15 s of boot. The kernel's notices and
+        # worse still show (its first line among them: the boot watch's first sign of life),
+        # and systemd's status only when a unit is slow or fails (as `quiet` would).
+        "guests_kernel_args": ["loglevel=6", "systemd.show_status=auto", *SLOW_GUEST_KERNEL_ARGS],
     }
 
 
