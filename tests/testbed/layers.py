@@ -50,8 +50,9 @@ PROVISIONING_INPUTS = [
 HOST_ROLES = ["guests", "host_tuning", "hvbench_agent", "rt_profile", "guest_image"]
 FRESH = os.environ.get("HVBENCH_TESTBED_FRESH", "") not in ("", "0")
 REPORT: list[str] = []  # what each module did with its layer, for the tier's summary
-# a file written once a module's host is restored: tier.py starts the slow tier beside it
-RESTORED = os.environ.get("HVBENCH_TESTBED_RESTORED", "")
+# a file written once a module's host is past its provisions (restored from its layer, or its
+# layer just completed): tier.py starts the slow tier beside the rest of the module
+READY = os.environ.get("HVBENCH_TESTBED_READY", "")
 
 
 def files_digest(paths: list[str]) -> str:
@@ -119,8 +120,8 @@ class Layer:
         self.proven = json.loads(self.record.read_text())["proven"]
         self.restored = True
         REPORT.append(f"restored from {self.describe()}; covered: {', '.join(self.proven)}")
-        if RESTORED:
-            Path(RESTORED).write_text(self.key)
+        if READY:
+            Path(READY).write_text(f"restored from layer {self.key}")
         return self.dir
 
     def resume(self, vm) -> None:
@@ -178,9 +179,12 @@ class Layer:
                 shutil.rmtree(old, ignore_errors=True)
 
     def complete(self) -> None:
-        """The second provision changed nothing: from now on the layer is a hit."""
+        """The second provision changed nothing: from now on the layer is a hit, and the rest
+        of the module loads the host as a restored one does."""
         if self.saved:
             self._write(complete=True)
+            if READY:
+                Path(READY).write_text(f"layer {self.key} made")
 
     def _complete(self) -> bool:
         return json.loads(self.record.read_text()).get("complete", False)

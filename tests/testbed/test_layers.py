@@ -137,15 +137,20 @@ def test_a_proved_test_is_recorded_by_the_running_tests_name(tmp_path, monkeypat
     assert json.loads(made.record.read_text())["proven"] == ["test_the_reboot"]
 
 
-def test_a_restore_tells_the_tier_that_the_host_is_restored(tmp_path, monkeypatch):
-    """tier.py starts the slow tier beside the module once this file is written."""
-    signal = tmp_path / "signal" / "restored"
+def test_a_completed_layer_and_a_restore_tell_the_tier_that_the_host_is_ready(
+    tmp_path, monkeypatch
+):
+    """tier.py starts the slow tier beside the module once this file is written: the host is
+    past its provisions, made (the layer complete) or restored."""
+    signal = tmp_path / "signal" / "ready"
     signal.parent.mkdir()
-    monkeypatch.setattr(layers, "RESTORED", str(signal))
+    monkeypatch.setattr(layers, "READY", str(signal))
     made = layer(tmp_path / "cache")
     made.save(SavedMachine())
-    assert not signal.exists()  # a module that makes its layer provisions: no signal
+    assert not signal.exists()  # saved after the first provision: the second is to come
     made.complete()
+    assert signal.read_text() == f"layer {made.key} made"
+    signal.unlink()
     restored = layer(tmp_path / "cache")
     restored.restore_from()
-    assert signal.read_text() == made.key
+    assert signal.read_text() == f"restored from layer {made.key}"

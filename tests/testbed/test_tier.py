@@ -1,6 +1,7 @@
 """make test-testbed's order (tier.py): the modules one after the other, the slow tier beside
-the first whose host is restored, else after both; every step's exit code counts. Stand-in
-steps: short Python processes that record when they ran (the tier itself runs the real ones)."""
+the first whose host is ready (restored, or its layer complete), else after both; every step's
+exit code counts. Stand-in steps: short Python processes that record when they ran (the tier
+itself runs the real ones)."""
 
 import sys
 
@@ -10,7 +11,7 @@ import tier
 
 def stand_in(log, name: str, code: int = 0, signal: bool = False, wait_for: str = "") -> list:
     """A step that logs its start, optionally waits for another step's line, writes the
-    restore signal, logs its end and exits with `code`."""
+    ready signal, logs its end and exits with `code`."""
     script = f"""
 import os, pathlib, time
 log = pathlib.Path({str(log)!r})
@@ -19,7 +20,7 @@ def say(line):
         f.write(line + "\\n")
 say("{name} started")
 if {signal!r}:
-    pathlib.Path(os.environ["HVBENCH_TESTBED_RESTORED"]).write_text("key")
+    pathlib.Path(os.environ["HVBENCH_TESTBED_READY"]).write_text("key")
 while {wait_for!r} and {wait_for!r} not in log.read_text():
     time.sleep(0.05)
 say("{name} ended")
@@ -44,7 +45,7 @@ def steps(monkeypatch, kvm: list, xen: list, slow: list) -> None:
         monkeypatch.setattr(tier, name, step)
 
 
-def test_the_slow_tier_runs_beside_the_first_restored_module(log, monkeypatch, capsys):
+def test_the_slow_tier_runs_beside_the_first_ready_module(log, monkeypatch, capsys):
     # the KVM module ends only after the slow tier has ended: they overlap
     kvm = stand_in(log, "kvm", signal=True, wait_for="slow ended")
     steps(monkeypatch, kvm, stand_in(log, "xen", signal=True), stand_in(log, "slow"))
@@ -54,7 +55,7 @@ def test_the_slow_tier_runs_beside_the_first_restored_module(log, monkeypatch, c
     assert "the slow tier, beside the KVM module" in capsys.readouterr().out
 
 
-def test_after_a_miss_the_slow_tier_waits_for_a_restored_module(log, monkeypatch, capsys):
+def test_the_slow_tier_waits_for_a_ready_module(log, monkeypatch, capsys):
     xen = stand_in(log, "xen", signal=True, wait_for="slow ended")
     steps(monkeypatch, stand_in(log, "kvm"), xen, stand_in(log, "slow"))
     assert tier.main() == 0
@@ -63,7 +64,7 @@ def test_after_a_miss_the_slow_tier_waits_for_a_restored_module(log, monkeypatch
     assert "the slow tier, beside the Xen module" in capsys.readouterr().out
 
 
-def test_without_a_restore_the_slow_tier_runs_after_the_modules(log, monkeypatch, capsys):
+def test_without_a_ready_module_the_slow_tier_runs_after_the_modules(log, monkeypatch, capsys):
     steps(monkeypatch, stand_in(log, "kvm"), stand_in(log, "xen"), stand_in(log, "slow"))
     assert tier.main() == 0
     assert order(log) == ["kvm started", "kvm ended", "xen started", "xen ended",

@@ -1,13 +1,13 @@
 """make test-testbed: the testbed modules one after the other, and the slow tier beside the first
-of them whose host is restored (docs/testing.md has the figures).
+of them whose host is past its provisions (docs/testing.md has the figures).
 
 1. The KVM module and the other testbed tests.
 2. The Xen module.
 3. The slow tier (marker `slow`: real campaigns, and a host booted to fail): it starts beside
-   the first module whose host is restored from its layer (layers.py: a hit, so nothing is
-   provisioned or booted from scratch); a restored module keeps the cores only partly busy.
-   On a miss of both it starts after them: a host's first provision beside other load
-   outlasted its timeouts.
+   the first module whose host is ready: restored from its layer (layers.py: a hit), or, on a
+   miss, once its layer is complete (the first and second provision passed). From then on the
+   module's host loads the cores only partly; a host's first provision beside other load
+   outlasted its timeouts, so no provision runs beside the slow tier's start.
 
 The modules print as they go; the slow tier's output is kept in a file and printed whole when
 it has ended. Exits non-zero when any step failed (pytest's own codes: a step that collected no
@@ -59,15 +59,15 @@ class SlowTier:
         return code
 
 
-def module(name: str, command: list[str], restored: Path, slow: SlowTier, started: float) -> int:
-    """One testbed module; the slow tier starts beside it once its host is restored, unless it
-    runs already."""
+def module(name: str, command: list[str], ready: Path, slow: SlowTier, started: float) -> int:
+    """One testbed module; the slow tier starts beside it once its host is past its
+    provisions, unless it runs already."""
     step(name, started)
-    env = {**os.environ, "HVBENCH_TESTBED_RESTORED": str(restored)}
+    env = {**os.environ, "HVBENCH_TESTBED_READY": str(ready)}
     proc = subprocess.Popen(command, cwd=REPO, env=env)
     while slow.proc is None and proc.poll() is None:
-        if restored.exists():
-            slow.start(f"beside {name}, whose host is restored", started)
+        if ready.exists():
+            slow.start(f"beside {name}, whose host is ready", started)
         else:
             time.sleep(POLL_S)  # waits for a condition, polled
     return proc.wait()
@@ -81,7 +81,7 @@ def main() -> int:
         for i, (name, command) in enumerate(
             [("the KVM module and the other testbed tests", FIRST), ("the Xen module", SECOND)]
         ):
-            codes.append(module(name, command, Path(scratch) / f"restored-{i}", slow, started))
+            codes.append(module(name, command, Path(scratch) / f"ready-{i}", slow, started))
             if codes[-1] != 0:
                 break  # make's order: a failed module ends the tier
         if slow.proc is None and not any(codes):
