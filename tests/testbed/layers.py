@@ -7,8 +7,9 @@ layer's key is a hash of everything the host's provisioning reads: the roles it 
 playbook, the sample group_vars, the agent's sources, the test's own inventory and variables,
 the image and the other layers below it (the Xen build, the guest image recipe), and the source
 of the tests the layer stands for. The layer counts only once the module's second provision has
-changed nothing; it is never patched, only made again when its key changes, and only the newest
-layer of each module is kept.
+changed nothing; it is never patched, only made again when its key changes. The two layers of
+each module made or restored last are kept (KEEP), so that a change tried and taken back, or
+two branches in turn, rebuild nothing.
 
 On a hit the module restores the machine in seconds instead of booting and provisioning it;
 every other test then runs for real from the restored machine. The tests that only a fresh
@@ -34,6 +35,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LAYOUT = 1  # bump when what a layer holds, or how it is made, changes
+KEEP = 2  # layers kept per module: the ones made or restored last
 # What a host's provisioning reads from the repository (files tracked by git, by content),
 # besides the roles it runs (`host_roles`): the guest roles (kafka, flink, producers, job,
 # testbed_bundle) install on the controller in the tests, not on the host VM.
@@ -122,6 +124,7 @@ class Layer:
         REPORT.append(f"restored from {self.describe()}; covered: {', '.join(self.proven)}")
         if READY:
             Path(READY).write_text(f"restored from layer {self.key}")
+        os.utime(self.dir)  # used now: the last kept (save)
         return self.dir
 
     def resume(self, vm) -> None:
@@ -174,9 +177,10 @@ class Layer:
         self.saved = True
         self._write(complete=False)
         REPORT.append(f"made {self.describe()}")
-        for old in self.cache.glob(f"{self.kind}-provisioned-*"):
-            if old != self.dir:  # only the newest layer of a module is kept
-                shutil.rmtree(old, ignore_errors=True)
+        older = [d for d in self.cache.glob(f"{self.kind}-provisioned-*") if d != self.dir]
+        older.sort(key=lambda d: d.stat().st_mtime, reverse=True)  # used last first
+        for old in older[KEEP - 1 :]:
+            shutil.rmtree(old, ignore_errors=True)
 
     def complete(self) -> None:
         """The second provision changed nothing: from now on the layer is a hit, and the rest

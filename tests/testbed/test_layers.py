@@ -3,6 +3,7 @@ writes the two files a saved QEMU machine leaves (the testbed tier saves and res
 ones)."""
 
 import json
+import os
 
 import layers
 import pytest
@@ -76,12 +77,17 @@ def test_a_layer_is_a_hit_only_once_complete(tmp_path):
     assert sorted(p.name for p in made.dir.iterdir()) == ["disk.qcow2", "layer.json", "state"]
 
 
-def test_a_new_layer_replaces_the_modules_older_one(tmp_path):
-    old = layer(tmp_path, vm={"cpus": 3})
-    old.save(SavedMachine())
-    new = layer(tmp_path)
-    new.save(SavedMachine())
-    assert [p.name for p in tmp_path.iterdir()] == [new.dir.name]
+def test_a_module_keeps_the_two_layers_it_used_last(tmp_path):
+    """Made or restored: a change tried and taken back restores the layer from before it."""
+    first, second, third = (layer(tmp_path, vm={"cpus": n}) for n in (1, 2, 3))
+    for made in (first, second):
+        made.save(SavedMachine())
+        made.complete()
+    os.utime(first.dir, (0, 0))
+    os.utime(second.dir, (1, 1))
+    layer(tmp_path, vm={"cpus": 1}).restore_from()  # the first is used again: kept
+    third.save(SavedMachine())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.dir.name, third.dir.name])
 
 
 def test_a_fresh_run_asked_for_ignores_the_layer(tmp_path, monkeypatch):
