@@ -96,11 +96,20 @@ HOLD_STATIC_KEYS_UNIT = """\
 [Unit]
 Description=Keep the test's static keys on (the TCG test host; see hold_static_keys.py)
 After=systemd-modules-load.service
+# libvirtd's guests are pinned to CPUs that are offline while this starts
+Before=libvirtd.service
 
 [Service]
 Type=notify
 NotifyAccess=main
+# /dev/kvm comes with kvm_amd, which udev loads for the CPU: not before
+ExecStartPre=/bin/udevadm wait --timeout=120 /dev/kvm
+# KVM's keys flip when the holder creates its VM: with the other CPUs offline (see
+# HOLD_STATIC_KEYS_START), back online once it holds them, or if it failed
+ExecStartPre=/bin/sh -c 'for c in /sys/devices/system/cpu/cpu[1-9]*/online; do echo 0 >$$c; done'
 ExecStart=/usr/bin/python3 /usr/local/sbin/hold-static-keys
+ExecStartPost=/bin/sh -c 'for c in /sys/devices/system/cpu/cpu[1-9]*/online; do echo 1 >$$c; done'
+ExecStopPost=/bin/sh -c 'for c in /sys/devices/system/cpu/cpu[1-9]*/online; do echo 1 >$$c; done'
 # Its own CPU quota and cpuset hold CFS bandwidth control's key and the cpusets key on. The
 # quota never binds: the holder only sleeps.
 CPUQuota={quota}%
@@ -108,6 +117,23 @@ AllowedCPUs=0-{last_cpu}
 
 [Install]
 WantedBy=multi-user.target
+"""
+
+
+# The service's start flips the keys it holds: its cgroup's quota and cpuset, then KVM's keys
+# when it creates its VM. That one flip hung a freshly booted host too (a vCPU looping on the
+# int3 of the code being patched in finish_task_switch, soft lockups on every CPU), so it
+# happens with every other CPU offline: no other vCPU runs the code while it is rewritten. At
+# boot the unit itself takes them offline around KVM's keys (its cgroup's are set before).
+HOLD_STATIC_KEYS_START = """\
+others() { for cpu in /sys/devices/system/cpu/cpu[1-9]*/online; do echo "$1" > "$cpu"; done; }
+others 0
+systemctl daemon-reload && systemctl enable --now hold-static-keys
+started=$?
+others 1
+if [ "$started" -ne 0 ]; then journalctl -u hold-static-keys -o cat --no-pager; exit 1; fi
+cd /sys/fs/cgroup/system.slice/hold-static-keys.service && cat cpu.max cpuset.cpus
+cat /sys/devices/system/cpu/online
 """
 
 
@@ -525,19 +551,14 @@ class HostVM:
         unit = HOLD_STATIC_KEYS_UNIT.format(quota=100 * self.cpus, last_cpu=self.cpus - 1)
         self.ssh("cat > /usr/local/sbin/hold-static-keys", input=script)
         self.ssh("cat > /etc/systemd/system/hold-static-keys.service", input=unit)
-        cgroup = "/sys/fs/cgroup/system.slice/hold-static-keys.service"
-        start = self.ssh(
-            "systemctl daemon-reload && systemctl enable --now hold-static-keys"
-            " || { journalctl -u hold-static-keys -o cat --no-pager; exit 1; }"
-            f" && cat {cgroup}/cpu.max {cgroup}/cpuset.cpus",
-            check=False,
-            timeout=120,
-        )
+        start = self.ssh(HOLD_STATIC_KEYS_START, check=False, timeout=120)
         if start.returncode != 0:
             raise HostVMError("hold-static-keys did not start:\n" + start.stdout + start.stderr)
-        quota, cpus = start.stdout.split("\n")[:2]
+        quota, cpus, online = start.stdout.split("\n")[:3]
         if quota.startswith("max") or cpus != f"0-{self.cpus - 1}":
             raise HostVMError(f"hold-static-keys holds no quota or cpuset: {start.stdout!r}")
+        if online != cpus:
+            raise HostVMError(f"the host's CPUs are not all back online: {online}")
 
     def shared_options(self) -> list[str]:
         """The test's commands share one SSH connection to the host while they follow each

@@ -983,6 +983,8 @@ def test_the_profile_reboots_the_host_into_its_kernel_isolation_and_reads_it_bac
     code, out, counts = playbook(host, "provision.yml", *enforce)
     assert code == 0 and counts["changed"] > 0, out[-6000:]
     assert on_host(host, boot_id) != before, out[-6000:]  # it rebooted
+    # the keys' holder started with the boot, before libvirtd started the guests
+    assert on_host(host, "systemctl is-active hold-static-keys").strip() == "active"
     cmdline = on_host(host, "cat /proc/cmdline").split()
     for arg in ("isolcpus=managed_irq,domain,2,3", "nohz_full=2,3", "rcu_nocbs=2,3"):
         assert arg in cmdline, cmdline
