@@ -421,7 +421,10 @@ def test_a_job_that_makes_no_progress_while_sending_is_a_stall(
     assert status["reason"].startswith("no result for ")
     assert "while the producers were sending" in status["reason"]
     assert "(STALL_S=8)" in status["reason"] and meta["watch"]["stall_s"] == 8.0
-    assert c["received"] > 0 and c["sent"] < 1800 and not c["accounted"]
+    # Thawed for the teardown, the job may deliver what it held before the consumer stops (it
+    # did in a tier run: all 573 sent were received): accounted or not, every record is one of
+    # received, dead-lettered, missing or undelivered.
+    assert c["received"] > 0 and c["sent"] < 1800
     assert_counts_add_up(meta, samples)
     assert meta["teardown"]["left"] == [] and leftover_processes(tmp_path) == []
     noticed = harness.when("noticed: ")
