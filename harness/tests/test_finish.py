@@ -7,6 +7,7 @@ finished by the harness's own code with a real bare target."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import signal
 
@@ -17,7 +18,7 @@ from hvbench_analysis import results as results_contract
 from hvbench_harness import accounting, rawfiles, rerun
 from hvbench_harness import run as harness
 from hvbench_harness.parts import RunError
-from hvbench_harness.target import BareTarget
+from hvbench_harness.target import BareTarget, Here
 from hvbench_load.consumer import FIELDS as RECEIVED_FIELDS
 from hvbench_load.probe import probe_record
 
@@ -82,20 +83,19 @@ def write_work(work) -> None:
 
 @pytest.fixture
 def bare_run(tmp_path):
-    """(args, target, work, results, meta_doc) of a bare run whose sending completed."""
+    """(request, target, work, results, meta_doc) of a bare run whose sending completed."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "manifest.json").write_text(json.dumps({"checksum": "sha256:synthetic"}))
     argv = ["--run-id", RUN, "--records", str(RECORDS), "--warmup-s", "1", "--drain-s", "1"]
     argv += ["--results", str(tmp_path / "results"), "--work", str(tmp_path / "work")]
-    args = harness.parse_args([*argv, "--model", str(model), "--data", str(tmp_path)])
-    setting = harness.validate_request(args)
-    target = BareTarget(args, RUN, tuning.CpuLatency(None))
+    request, _ = harness.parse_args([*argv, "--model", str(model), "--data", str(tmp_path)])
+    target = BareTarget(request, RUN, Here(tuning.CpuLatency(None), None))
     work, results = tmp_path / "work" / RUN, tmp_path / "results" / RUN
     write_work(work)
-    meta_doc = harness.begin_meta(args, RUN, setting, target)
+    meta_doc = harness.begin_meta(request, RUN, target)
     meta_doc["status"].update(state="completed", phase="draining")
-    return args, target, work, results, meta_doc
+    return request, target, work, results, meta_doc
 
 
 def finish(bare_run) -> int:
@@ -200,11 +200,11 @@ def test_a_failure_in_the_summary_keeps_what_accounting_made(bare_run, monkeypat
 def test_results_that_do_not_fit_leave_nothing_there_and_the_work_folder_names_the_command(
     bare_run, small_disk, tmp_path
 ):
-    args, target, work, _, meta_doc = bare_run
+    request, target, work, _, meta_doc = bare_run
     results = small_disk / RUN
-    args.results = str(small_disk)
+    request = dataclasses.replace(request, results=str(small_disk))
     with pytest.raises(RunError) as refused:
-        finish((args, target, work, results, meta_doc))
+        finish((request, target, work, results, meta_doc))
     message = str(refused.value)
     assert "No space left on device" in message
     assert f"raw files are in {work}/" in message

@@ -11,12 +11,12 @@ import pytest
 from hvbench_agent.neighbours import parse as neighbours_of
 from hvbench_harness import neighbours, run
 from hvbench_harness.parts import Parts, RunError, running
+from hvbench_harness.runspec import RunSpec
 
 
-def request(*words: str):
-    args = run.parse_args(list(words))
-    args.target = args.target or "bare"
-    return args
+def request(*words: str) -> RunSpec:
+    request, _ = run.parse_args(list(words))
+    return request
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ def request(*words: str):
 )
 def test_a_placement_or_state_that_cannot_be_is_refused_first(words, message):
     with pytest.raises(RunError, match=message):
-        neighbours.check_request(request(*words))
+        request(*words)  # RunSpec.parse checks the neighbours (neighbours.check_request)
 
 
 def test_the_bare_loads_go_on_the_jobs_cpus_apart_or_where_asked():
@@ -53,11 +53,10 @@ def test_the_bare_loads_go_on_the_jobs_cpus_apart_or_where_asked():
 
 
 def test_none_is_no_neighbours_and_the_text_is_recorded_normalised():
-    args = request("NOISE=none")
-    assert neighbours.check_request(args) == () and args.noise is None
-    args = request("NOISE= 2:cpu, 1:membw")
-    neighbours.check_request(args)
-    assert args.noise == "2:cpu,1:membw"
+    assert neighbours.check_request(request("NOISE=none")) == ()
+    assert RunSpec.parse({"noise": "none"}).noise is None
+    parsed = RunSpec.parse({"noise": " 2:cpu, 1:membw"})
+    assert parsed.noise == "2:cpu,1:membw" and len(parsed.noise_groups) == 2
 
 
 def test_make_run_refuses_before_anything_starts(capsys):

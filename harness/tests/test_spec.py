@@ -1,26 +1,65 @@
 """The run request's one table: Make variables, the harness's flags, campaign keys and meta.json
 all go through it, and a name it does not have is refused with the closest one."""
 
+import dataclasses
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
-from hvbench_harness import inventory, run, spec
+from hvbench_harness import inventory, run, runspec, spec
+from hvbench_harness.runspec import RunSpec
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_make_assignments_become_the_harness_options(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # HOST= writes the one-off inventory under build/
+    monkeypatch.chdir(tmp_path)  # HOST=: the one-off inventory under build/
     (tmp_path / "inventory/sample").mkdir(parents=True)
+    (tmp_path / "inventory/sample/hosts.yml").write_text("all: {}\n")  # no hosts: bare
     argv = spec.assignments_to_flags(
         ["SCHED=rtds", "BUDGET=77500", "FORCE=1", "FORCE_TSC=0", "RUN_ID=", "--work", "w"]
     )
     assert argv == ["--sched", "rtds", "--budget", "77500", "--force", "--work", "w"]
-    args = run.parse_args(["TARGET=xen", "SCHED=credit", "CAP=153", "SEND_MS=50", "HOST=h"])
-    assert (args.target, args.sched, args.cap, args.send_ms) == ("xen", "credit", 153, 50.0)
-    assert args.inventory == str(inventory.ONE_OFF)  # HOST's one-off inventory
-    assert run.parse_args(["INVENTORY=inventory/sample"]).inventory == "inventory/sample/hosts.yml"
+    request, _ = run.parse_args(["TARGET=xen", "SCHED=credit", "CAP=153", "SEND_MS=50", "HOST=h"])
+    assert (request.target, request.sched, request.cap, request.send_ms) == (
+        "xen", "credit", 153, 50.0
+    )  # fmt: skip
+    assert request.hosts == str(inventory.ONE_OFF)  # HOST's one-off inventory
+    assert not inventory.ONE_OFF.exists()  # written when the run starts, not when parsed
+    request, _ = run.parse_args(["INVENTORY=inventory/sample"])
+    assert (request.hosts, request.target) == ("inventory/sample/hosts.yml", "bare")
+
+
+def test_a_request_is_parsed_once_frozen_with_what_it_implies():
+    request = RunSpec.parse({"sched": "deadline", "budget": 20000, "records": "1200",
+                             "noise": " 2:cpu", "scale": "cluster"})  # fmt: skip
+    assert request.target == "bare" and request.records == 1200 and request.hosts is None
+    assert (request.setting.sched, request.setting.budget_us) == ("deadline", 20000)
+    assert request.setting.period_us == 100000  # the scheduler's default, derived once
+    assert request.noise == "2:cpu" and [str(g) for g in request.noise_groups] == ["2:cpu"]
+    assert (request.brokers, request.taskmanagers) == (3, 2)  # a cluster's sizes here
+    assert request.policy.given() == {}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.records = 5
+    fields = {f.name: getattr(request, f.name) for f in runspec.TABLE}
+    assert RunSpec.parse(fields) == request  # parsing what it parsed changes nothing
+    with pytest.raises(spec.SpecError, match="unknown setting setting"):
+        RunSpec.parse(fields | {"setting": request.setting})  # derived, never given
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"records": 1.5}, "RECORDS must be of type int"),
+        ({"force": 1}, "FORCE must be of type bool"),
+        ({"budget": True}, "BUDGET must be of type int"),
+        ({"recrods": 5}, "unknown setting recrods (did you mean records?)"),
+    ],
+)
+def test_a_value_of_the_wrong_type_or_name_is_refused_naming_it(values, message):
+    with pytest.raises(spec.SpecError, match=re.escape(message)):
+        RunSpec.parse(values)
 
 
 @pytest.mark.parametrize(
@@ -45,20 +84,24 @@ def test_the_inputs_build_variables_go_to_make_not_the_harness():
 
 
 def test_every_field_is_an_option_of_the_harness_with_its_default():
-    args = run.parse_args([])
-    for field in spec.FIELDS + spec.INPUTS:
-        if field.name != "inventory":  # a directory becomes its hosts.yml
-            assert getattr(args, field.name) == field.default, field.name
+    request, validate_only = run.parse_args([])
+    assert not validate_only
+    for field in spec.FIELDS + spec.INPUTS + spec.OPTIONS:
+        if field.name != "target":  # resolved: bare without an inventory
+            assert getattr(request, field.name) == field.default, field.name
         assert field.default is None or isinstance(field.default, field.kind), field.name
     assert len({f.make for f in spec.FIELDS + spec.INPUTS}) == len(spec.FIELDS + spec.INPUTS)
 
 
 def test_a_request_round_trips_through_meta_json():
-    request = spec.RunSpec(target="xen", sched="rtds", budget=77500, extratime=1, records=600)
-    requested = spec.as_requested(request)
+    request = RunSpec.parse(
+        {"target": "xen", "sched": "rtds", "budget": 77500, "extratime": 1, "records": 1200},
+        need_inventory=False,
+    )
+    requested = request.requested()
     assert requested["budget_us"] == 77500 and requested["producer_period_ms"] == 100.0
     values = spec.from_requested(requested)
-    assert spec.RunSpec(**values) == request
+    assert RunSpec.parse(values, need_inventory=False) == request
     argv = spec.to_argv(values)
     assert argv[:4] == ["--target", "xen", "--sched", "rtds"] and "--force" not in argv
 

@@ -536,7 +536,7 @@ def test_a_testbed_run_checks_its_networks_data_where_the_producers_read_it(tmp_
         target = SimpleNamespace(
             paths=SimpleNamespace(data=str(data)),
             messaging=Machine("messaging (here)"),
-            args=SimpleNamespace(network=network),
+            request=SimpleNamespace(network=network),
         )
         TestbedTarget.check_data(target)
 

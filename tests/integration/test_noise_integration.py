@@ -12,6 +12,7 @@ import pytest
 from driver import REPO, leftover_processes, run_args
 from hvbench_analysis.load import config_label, load_runs
 from hvbench_harness import run
+from hvbench_harness.runspec import RunSpec
 from hvbench_harness.testbed import Machine
 from hvbench_harness.workload_copy import RemoteWorkloadCopy
 
@@ -94,7 +95,7 @@ def test_a_workload_copy_runs_where_the_guest_roles_install_it(small_data, small
     }.items():  # fmt: skip
         (install / link).parent.mkdir(parents=True, exist_ok=True)
         (install / link).symlink_to(target)
-    request = run.parse_args(["--records", "120", "--period-ms", "100"])
+    request = RunSpec.parse({"records": 120, "send_ms": 100.0})
     copy = RemoteWorkloadCopy(Machine("neighbour"), request, str(install), str(tmp_path), "c-0")
     copy.start(patience_s=300)
     assert copy.alive() and copy.placement()["pid"] > 0

@@ -4,12 +4,11 @@ hvbench_job.session as commands, each given its node id, ports, quorum and addre
 layout of one messaging VM and two real-time VMs that are all this machine. make
 test-testbed runs the same through SSH on a QEMU host (test_provision_kvm.py)."""
 
-import argparse
-
 import pytest
 from driver import REPO, leftover_processes
 from hvbench_harness.cluster import TestbedCluster
 from hvbench_harness.parts import Parts
+from hvbench_harness.runspec import RunSpec
 from hvbench_harness.target import Paths, job_env
 from hvbench_harness.testbed import Machine, Testbed
 from hvbench_job import session
@@ -34,8 +33,11 @@ def local_testbed() -> Testbed:
 def test_the_nodes_and_taskmanagers_start_where_the_layout_puts_them(tmp_path):
     work = tmp_path / "work"
     paths = Paths("", "", str(REPO / "build/kafka/libs"), str(REPO / "build/flink/lib"), str(work))
-    args = argparse.Namespace(brokers=3, taskmanagers=2, broker_restarts=0, clients=2)
-    cluster = TestbedCluster(args, local_testbed(), paths)
+    request = RunSpec.parse(
+        {"scale": "cluster", "brokers": 3, "broker_restarts": 0, "clients": 2},
+        need_inventory=False,
+    )
+    cluster = TestbedCluster(request, local_testbed(), paths, taskmanagers=2)
     with Parts(tmp_path) as parts:
         kafka = cluster.start_kafka(parts)
         cluster.start_flink(parts, job_env(paths.work))

@@ -32,7 +32,8 @@ from hostvm import (
 )
 from hvbench_analysis import sched_trace
 from hvbench_analysis.results import BASELINE
-from hvbench_harness import hosttrace, run
+from hvbench_harness import hosttrace
+from hvbench_harness.runspec import RunSpec
 from hvbench_harness.testbed import resolve
 from hvbench_harness.workload_copy import RemoteWorkloadCopy
 from layers import Layer
@@ -592,7 +593,7 @@ def test_a_workload_copy_runs_where_provisioning_installed_one(host, tmp_path):
     stopped with SIGTERM, what it measured read back and its files removed."""
     testbed = resolve(str(host[1]), tmp_path / "testbed.json")
     machine = testbed.messaging  # this machine over SSH, as provisioned
-    request = run.parse_args(["--records", "120", "--period-ms", "100"])
+    request = RunSpec.parse({"records": 120, "send_ms": 100.0})
     run_id = f"copy-{tmp_path.parent.name}"
     copy = RemoteWorkloadCopy(machine, request, testbed.install_dir, testbed.work_dir, run_id)
     copy.start(patience_s=900)

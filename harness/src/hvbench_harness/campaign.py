@@ -46,6 +46,7 @@ from hvbench_analysis import results as results_contract
 from hvbench_harness import run as harness
 from hvbench_harness import spec
 from hvbench_harness.runlocks import hold, registered_machines
+from hvbench_harness.runspec import RunSpec
 from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target
 
 ORDERS = ("sequential", "shuffled")
@@ -373,7 +374,8 @@ def run_argv(point: Point) -> list[str]:
 
 
 def check_points(campaign: Campaign) -> list[str]:
-    """Every point (every rate of a search) through the harness's own check of settings."""
+    """Every point (every rate of a search) through the run request's own check (runspec.py),
+    as each run will be checked."""
     errors = []
     points = campaign.points
     if isinstance(campaign.search, ModelSearch):
@@ -391,10 +393,7 @@ def check_points(campaign: Campaign) -> list[str]:
             errors.append(f"{point.id}: {e}")
             continue
         try:
-            args = harness.parse_args(["--target", campaign.target, *run_argv(point)])
-            harness.validate_request(args, need_inventory=False)
-        except SystemExit:
-            errors.append(f"{point.id}: a setting has the wrong type: {point.settings}")
+            RunSpec.parse({**point.settings, "target": campaign.target}, need_inventory=False)
         except (harness.RunError, harness.Refused, ValueError) as e:
             errors.append(f"{point.id}: {e}")
     return errors

@@ -37,14 +37,15 @@ READY_TIMEOUT_S = 180.0
 class LocalCluster:
     """The cluster's parts for one run, in its work directory."""
 
-    def __init__(self, args, work: Path):
-        self.args, self.work = args, work
+    def __init__(self, request, work: Path):
+        """request: the run's (runspec.py): its sizes, clients and where the jars are."""
+        self.request, self.work = request, work
         self.kafka: KafkaCluster | None = None
-        self.taskmanager_count = args.taskmanagers
+        self.taskmanager_count = request.taskmanagers
         self.session = FlinkSession(
             work / "flink-cluster",
-            args.connector_dir,
-            taskmanagers=args.taskmanagers,
+            request.connector_dir,
+            taskmanagers=request.taskmanagers,
             rest_port=free_port(),
             rpc_port=free_port(),
             log_dir=work / "flink-log",  # kept with the run's logs, as the job's are
@@ -54,9 +55,9 @@ class LocalCluster:
         self.registered_s: float | None = None
 
     def start_kafka(self, parts: Parts) -> KafkaCluster:
-        nodes = self.args.brokers
+        nodes = self.request.brokers
         self.kafka = kafka = KafkaCluster(
-            self.args.kafka_libs,
+            self.request.kafka_libs,
             self.work / "kafka",
             nodes,
             min(REPLICATION, nodes),
@@ -65,8 +66,8 @@ class LocalCluster:
         parts.on_teardown(lambda: parts.record("Kafka cluster", kafka.stop()))
         kafka.start()
         kafka.create_topics(["input"], INPUT_PARTITIONS)
-        kafka.create_topics([*clients.output_topics(self.args.clients), "dead-letter"])
-        kafka.keep(self.args.broker_restarts)
+        kafka.create_topics([*clients.output_topics(self.request.clients), "dead-letter"])
+        kafka.keep(self.request.broker_restarts)
         return kafka
 
     def start_flink(self, parts: Parts, machine: Machine, prefix: list[str]) -> None:
@@ -147,17 +148,15 @@ class TestbedCluster:
 
     __test__ = False  # not a test class, despite its name
 
-    def __init__(self, args, testbed, paths):
-        self.args, self.testbed, self.paths = args, testbed, paths
+    def __init__(self, request, testbed, paths, taskmanagers: int):
+        """request: the run's (runspec.py); taskmanagers: how many, over the real-time VMs."""
+        self.request, self.testbed, self.paths = request, testbed, paths
+        self.taskmanager_count = taskmanagers
         self.nodes: list[dict] = []  # node id, machine, address, ports, process, lines
         self.taskmanagers: list[tuple[Machine, subprocess.Popen]] = []
         self.jobmanager: subprocess.Popen | None = None
         self.registered_s: float | None = None
         self.flink_ports: tuple[int, int] = (0, 0)  # REST, RPC
-
-    @property
-    def taskmanager_count(self) -> int:
-        return self.args.taskmanagers
 
     def machines(self) -> set[Machine]:
         used = {node["machine"] for node in self.nodes} | {m for m, _ in self.taskmanagers}
@@ -170,13 +169,13 @@ class TestbedCluster:
     def start_kafka(self, parts: Parts) -> dict:
         """Every node at once (each waits for a majority of the quorum), then each node's
         first line; the first node creates the topics once all serve."""
-        tb, args = self.testbed, self.args
-        where = self.placement(tb.messaging_vms, args.brokers)
+        tb, request = self.testbed, self.request
+        where = self.placement(tb.messaging_vms, request.brokers)
         ports = {}
         for vm in set(where):
             machine, address = tb.messaging_vms[vm], tb.messaging_addresses[vm]
             ports[vm] = free_ports_on(machine, address, 2 * where.count(vm))
-        replicas, insync = min(REPLICATION, args.brokers), min(MIN_INSYNC, args.brokers)
+        replicas, insync = min(REPLICATION, request.brokers), min(MIN_INSYNC, request.brokers)
         for node, vm in enumerate(where, start=1):
             port, controller = ports[vm].pop(), ports[vm].pop()
             self.nodes.append({"id": node, "vm": vm, "machine": tb.messaging_vms[vm],
@@ -193,7 +192,7 @@ class TestbedCluster:
                 "--controller-port", node["controller"], "--node-id", node["id"],
                 "--voters", voters, "--cluster-id", cluster_id,
                 "--replication", replicas, "--min-insync", insync,
-                "--restarts", args.broker_restarts,
+                "--restarts", request.broker_restarts,
                 *(["--topics", self.topics(), "--peers", peers] if node["id"] == 1 else []),
             )  # fmt: skip
             err = open(parts.work / f"broker-{node['id']}.err", "wb")  # noqa: SIM115 — the child's
@@ -223,7 +222,7 @@ class TestbedCluster:
                 ask_to_stop(node["process"])
 
     def topics(self) -> str:
-        outputs = ",".join(clients.output_topics(self.args.clients))
+        outputs = ",".join(clients.output_topics(self.request.clients))
         return f"input:{INPUT_PARTITIONS},{outputs},dead-letter"
 
     def first_line(self, parts: Parts, node: dict) -> dict:

@@ -22,35 +22,43 @@ class InventoryError(ValueError):
 
 
 def hosts_file(inventory: str | None, host: str | None = None, target: str | None = None) -> str:
-    """The hosts file to use; with HOST, the one-off inventory, written when TARGET names a
-    hypervisor."""
+    """The hosts file to use; with HOST and a TARGET naming a hypervisor, the one-off
+    inventory, written here."""
+    if host and target in ("kvm", "xen"):
+        write_one_off(host, target, inventory)
+    return hosts_path(inventory, host, target)
+
+
+def hosts_path(inventory: str | None, host: str | None = None, target: str | None = None) -> str:
+    """The hosts file a command would use, nothing written: with HOST, the one-off inventory
+    (InventoryError if there is none for HOST and TARGET names no hypervisor)."""
     if host:
-        return str(one_off(host, target, inventory or DEFAULT))
+        if target in ("kvm", "xen") or host.rpartition("@")[2] in listed_hosts(ONE_OFF):
+            return str(ONE_OFF)
+        raise InventoryError(
+            f"HOST={host}: say TARGET=kvm or xen (make provision HOST={host} TARGET=... "
+            "remembers it)"
+        )
     inventory = inventory or DEFAULT
     if Path(inventory).is_dir():
         return str(Path(inventory) / "hosts.yml")
     return inventory
 
 
-def one_off(host: str, target: str | None, group_vars_from: str) -> Path:
+def write_one_off(host: str, target: str, group_vars_from: str | None) -> Path:
+    """The one-off inventory: HOST in TARGET's group, with the group_vars of INVENTORY."""
     user, _, name = host.rpartition("@")
-    if target in ("kvm", "xen"):
-        entry = {"ansible_host": name, **({"ansible_user": user} if user else {})}
-        doc = {"all": {"children": {f"{target}_hosts": {"hosts": {name: entry}}}}}
-        ONE_OFF.parent.mkdir(parents=True, exist_ok=True)
-        ONE_OFF.write_text(yaml.safe_dump(doc, sort_keys=False))
-        group_vars = ONE_OFF.parent / "group_vars"
-        source = Path(group_vars_from)
-        source = (source if source.is_dir() else source.parent) / "group_vars"
-        if group_vars.is_symlink() or group_vars.exists():
-            group_vars.unlink()
-        group_vars.symlink_to(source.resolve())
-        return ONE_OFF
-    if name in listed_hosts(ONE_OFF):
-        return ONE_OFF
-    raise InventoryError(
-        f"HOST={host}: say TARGET=kvm or xen (make provision HOST={host} TARGET=... remembers it)"
-    )
+    entry = {"ansible_host": name, **({"ansible_user": user} if user else {})}
+    doc = {"all": {"children": {f"{target}_hosts": {"hosts": {name: entry}}}}}
+    ONE_OFF.parent.mkdir(parents=True, exist_ok=True)
+    ONE_OFF.write_text(yaml.safe_dump(doc, sort_keys=False))
+    group_vars = ONE_OFF.parent / "group_vars"
+    source = Path(group_vars_from or DEFAULT)
+    source = (source if source.is_dir() else source.parent) / "group_vars"
+    if group_vars.is_symlink() or group_vars.exists():
+        group_vars.unlink()
+    group_vars.symlink_to(source.resolve())
+    return ONE_OFF
 
 
 def listed_hosts(path: Path) -> set[str]:

@@ -33,36 +33,35 @@ from hvbench_harness.testbed import TestbedError
 from hvbench_harness.workload_copy import RemoteWorkloadCopy, WorkloadCopy
 
 
-def check_request(args) -> tuple[Group, ...]:
-    """NOISE, NOISE_CPUS and JOB_CPUS on their own (no machine is looked at): the groups, or
-    RunError."""
+def check_request(request) -> tuple[Group, ...]:
+    """NOISE, NOISE_CPUS and JOB_CPUS of a request (runspec.py) on their own (no machine is
+    looked at): the groups, or RunError."""
     try:
-        groups = neighbours.parse(args.noise)
+        groups = neighbours.parse(request.noise)
     except NoiseError as e:
         raise RunError(str(e)) from None
     try:
-        if args.job_cpus:
-            parse_cpus(args.job_cpus)
+        if request.job_cpus:
+            parse_cpus(request.job_cpus)
     except NoiseError as e:
         raise RunError(f"JOB_CPUS: {e}") from None
-    args.noise = neighbours.text(groups) or None  # "none" and "" are no neighbours
-    (check_bare if args.target == "bare" else check_testbed)(args, groups)
+    (check_bare if request.target == "bare" else check_testbed)(request, groups)
     return groups
 
 
-def check_bare(args, groups: tuple[Group, ...]) -> None:
+def check_bare(request, groups: tuple[Group, ...]) -> None:
     vm_states = [str(g) for g in groups if g.state in neighbours.VM_STATES]
     if vm_states:
         raise RunError(
             f"NOISE {', '.join(vm_states)}: a VM's state; on the bare target a neighbour is a "
             f"process running a load ({', '.join(neighbours.LOADS)}) or the {WORKLOAD}"
         )
-    if args.job_cpus and args.sched == "deadline":
+    if request.job_cpus and request.sched == "deadline":
         raise RunError(
             "SCHED=deadline needs the job's threads free to run on every CPU (the kernel "
             "refuses SCHED_DEADLINE to a thread pinned to some); leave JOB_CPUS unset"
         )
-    check_noise_cpus(args.noise_cpus, args.job_cpus)
+    check_noise_cpus(request.noise_cpus, request.job_cpus)
 
 
 def check_noise_cpus(noise_cpus: str, job_cpus: str | None) -> None:
@@ -77,8 +76,8 @@ def check_noise_cpus(noise_cpus: str, job_cpus: str | None) -> None:
             raise RunError(f"NOISE_CPUS is job, apart or a CPU list, not {noise_cpus!r}") from None
 
 
-def check_testbed(args, groups: tuple[Group, ...]) -> None:
-    given = {"JOB_CPUS": bool(args.job_cpus), "NOISE_CPUS": args.noise_cpus != "job"}
+def check_testbed(request, groups: tuple[Group, ...]) -> None:
+    given = {"JOB_CPUS": bool(request.job_cpus), "NOISE_CPUS": request.noise_cpus != "job"}
     placed = [name for name, set_here in given.items() if set_here]
     if placed:
         raise RunError(
@@ -123,17 +122,17 @@ class LocalNoise:
     """The bare target's neighbours: one stress-ng per group of loads, or a second run of the
     whole pipeline per workload copy, on `cpus` (None: any CPU)."""
 
-    def __init__(self, groups: tuple[Group, ...], cpus: str | None, args, work: Path):
+    def __init__(self, groups: tuple[Group, ...], cpus: str | None, request, work: Path):
         self.parts: list[Load | WorkloadCopy] = []
         for i, group in enumerate(groups):
             if group.state == WORKLOAD:
-                self.parts += [WorkloadCopy(args, cpus, work, f"workload-{i}-{k}")
+                self.parts += [WorkloadCopy(request, cpus, work, f"workload-{i}-{k}")
                                for k in range(group.count)]  # fmt: skip
             else:
                 self.parts.append(Load(group, cpus, work, f"noise-{i}"))
         self.record: dict = {
             "requested": neighbours.text(groups),
-            "where": args.noise_cpus,
+            "where": request.noise_cpus,
             "cpus": cpus or "any",
             "groups": [],
         }
@@ -224,11 +223,11 @@ class TestbedNoise:
     __test__ = False  # not a test class, despite its name
 
     def __init__(
-        self, testbed, groups: tuple[Group, ...], run_name: str, longest_s: float, args=None
+        self, testbed, groups: tuple[Group, ...], run_name: str, longest_s: float, request=None
     ):
-        """longest_s: how long the run may last; args: the run's request, which a workload
-        copy follows (its rate and inputs)."""
-        self.testbed, self.args, self.run_name = testbed, args, run_name
+        """longest_s: how long the run may last; request: the run's (runspec.py), which a
+        workload copy follows (its rate and inputs)."""
+        self.testbed, self.request, self.run_name = testbed, request, run_name
         self.machines = dict(testbed.neighbours)
         self.plan = assign(groups, list(self.machines), testbed.workload_neighbours)
         self.timeout_s = round(longest_s + 600)
@@ -278,7 +277,7 @@ class TestbedNoise:
 
     def start_copy(self, domain: str) -> RemoteWorkloadCopy:
         copy = RemoteWorkloadCopy(
-            self.machines[domain], self.args, self.testbed.install_dir, self.testbed.work_dir,
+            self.machines[domain], self.request, self.testbed.install_dir, self.testbed.work_dir,
             f"{self.run_name}-{domain}",
         )  # fmt: skip
         copy.start()

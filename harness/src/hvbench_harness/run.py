@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -46,9 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hvbench_agent import tuning
-from hvbench_agent.names import BadName, check_name
-from hvbench_agent.power import validate_policy
-from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, Setting, validate
+from hvbench_agent.sched import Refused, Setting
 from hvbench_analysis import results as results_contract
 from hvbench_job.session import SessionError
 from hvbench_load import probe
@@ -71,12 +68,10 @@ from hvbench_harness.parts import (
     stopped_part,
     tail,
 )
-from hvbench_harness.readiness import parse_require
 from hvbench_harness.runlocks import hold, registered_machines
-from hvbench_harness.target import CALIBRATION, TOPICS, Target
-from hvbench_harness.testbed import TARGETS, Machine, TestbedError, inventory_target
-
-SCALES = ("one", "cluster")
+from hvbench_harness.runspec import RunSpec
+from hvbench_harness.target import CALIBRATION, TOPICS, Here, Target
+from hvbench_harness.testbed import Machine, TestbedError
 
 # The parts' own logs, kept in results/<run-id>/logs/ (with Flink's).
 RUN_LOGS = ("job.out", "producers.out", "consumer.err", "broker.err", "kafka/broker.log")
@@ -95,225 +90,25 @@ RUN_ENDING = (
 EXIT_CODES = {"failed": 1, "interrupted": 130}
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The run request (spec.FIELDS, as options or as Make's NAME=value words) and the
-    harness's own options. SpecError for an unknown NAME."""
+def parse_args(argv: list[str] | None = None) -> tuple[RunSpec, bool]:
+    """The command line (spec's fields, as options or as Make's NAME=value words) as the run's
+    request, and whether only to validate it. SpecError for an unknown NAME, RunError (or the
+    scheduler's Refused) for a bad value."""
+    words = spec.assignments_to_flags(sys.argv[1:] if argv is None else argv)
+    args = vars(arguments().parse_args(words))
+    validate_only = args.pop("validate_only")
+    return RunSpec.parse(args), validate_only
+
+
+def arguments() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hvbench run", description=__doc__.split("\n")[0])
     spec.add_arguments(p)
-    p.add_argument("--kafka-libs", default="build/kafka/libs")
-    p.add_argument("--connector-dir", default="build/flink/lib")
-    p.add_argument("--work", default="work", help="broker data and logs while running")
-    p.add_argument("--rep", type=int, help="repetition number, recorded with the run")
-    p.add_argument("--campaign", help="the campaign this run belongs to, recorded with it")
-    p.add_argument("--rerun-of", help="the results directory of the run this repeats (make rerun)")
     p.add_argument(
         "--validate-only",
         action="store_true",
         help="check the request, print its target and stop (make run does, before the inputs)",
     )
-    args = p.parse_args(spec.assignments_to_flags(sys.argv[1:] if argv is None else argv))
-    if args.host:  # checked before the one-off inventory is written with it
-        check_host(args.host)
-    if args.host or args.inventory:  # HOST: the one-off inventory (inventory.py)
-        args.inventory = inventory.hosts_file(args.inventory, args.host, args.target)
-    return args
-
-
-def validate_request(args: argparse.Namespace, need_inventory: bool = True) -> Setting:
-    """The requested settings on their own (no machine is looked at): the scheduler setting
-    for the target, or RunError. Every check of a field that needs no machine is here, so that
-    --validate-only (make run, before the inputs are built) and campaigns (every point, before
-    running any) refuse every bad value."""
-    check_names(args)
-    if args.target is None:
-        if args.inventory and not Path(args.inventory).exists():
-            raise RunError(f"INVENTORY={args.inventory}: no such file or directory")
-        args.target = inventory_target(args.inventory) if args.inventory else "bare"
-    if args.target not in TARGETS:
-        raise RunError(f"unknown TARGET {args.target!r}; valid: {', '.join(TARGETS)}")
-    check_numbers(args)
-    neighbours.check_request(args)
-    check_scale(args)
-    check_network(args)
-    check_load(args)
-    check_measures(args)
-    try:
-        parse_require(args.require)
-    except ValueError as e:
-        raise RunError(str(e)) from None
-    setting = validate(
-        BACKEND_OF_TARGET[args.target],
-        args.sched,
-        budget_us=args.budget,
-        period_us=args.period,
-        priority=args.priority,
-        extratime=args.extratime,
-        weight=args.weight,
-        cap=args.cap,
-        tslice_us=args.tslice_us,
-        ratelimit_us=args.ratelimit_us,
-    )
-    args.policy = validate_policy(args.governor, args.max_cstate, args.turbo)
-    if args.target == "bare":
-        try:
-            tuning.parse_cpu_latency(args.cpu_latency)
-        except tuning.TuningError as e:
-            raise RunError(str(e)) from None
-        return setting
-    if need_inventory and not args.inventory:
-        raise RunError(f"TARGET={args.target} needs the testbed: HOST=<host> or INVENTORY=<dir>")
-    if args.cpu_latency not in ("auto", "off"):
-        raise RunError(
-            "CPU_LATENCY is for the bare target; a testbed's host is tuned by "
-            "make provision (host_tuning)"
-        )
-    return setting
-
-
-def check_host(host: str) -> None:
-    """HOST is [user@]host, each part a name (hvbench_agent.names): it goes into the one-off
-    inventory and into every SSH command."""
-    user, at, name = host.rpartition("@")
-    try:
-        check_name(name, "HOST")
-        if at:
-            check_name(user, "HOST's user")
-    except BadName as e:
-        raise RunError(f"{e} (HOST is [user@]host)") from None
-
-
-def check_names(args: argparse.Namespace) -> None:
-    """RUN_ID (and the campaign a run belongs to) are names: they become folders here and on
-    every guest (hvbench_agent.names)."""
-    try:
-        if args.run_id is not None:
-            check_name(args.run_id, "RUN_ID")
-        if getattr(args, "campaign", None) is not None:
-            check_name(args.campaign, "the campaign's name")
-    except BadName as e:
-        raise RunError(str(e)) from None
-
-
-# Numbers with a lower bound: > 0, or ≥ 0 (each named by its Make variable when refused).
-POSITIVE = ("records", "send_ms", "baseline_s")
-NOT_NEGATIVE = ("warmup", "ramp", "malformed", "drain", "broker_restarts")
-
-
-def check_numbers(args: argparse.Namespace) -> None:
-    """Counts and durations in their ranges, finite; RAMP within the warm-up; REP ≥ 1."""
-    for name in POSITIVE + NOT_NEGATIVE:
-        value, make = getattr(args, name), spec.BY_NAME[name].make
-        if not math.isfinite(value):
-            raise RunError(f"{make} must be a finite number, not {value}")
-        if name in POSITIVE and not value > 0:
-            raise RunError(f"{make} must be > 0, not {value:g}")
-        if name in NOT_NEGATIVE and not value >= 0:
-            raise RunError(f"{make} must be ≥ 0, not {value:g}")
-    if not args.ramp <= args.warmup:
-        raise RunError("RAMP must lie within the warm-up: 0 ≤ RAMP ≤ WARMUP")
-    if args.stall_s is not None and not (math.isfinite(args.stall_s) and args.stall_s > 0):
-        raise RunError(f"STALL_S must be a finite number of seconds > 0, not {args.stall_s:g}")
-    if args.rep is not None and args.rep < 1:
-        raise RunError("REP (the repetition number) must be ≥ 1")
-
-
-def check_measures(args: argparse.Namespace) -> None:
-    """RunError if every record would be sent within the warm-up, so that nothing would be
-    measured: the message says how many records the warm-up takes, the smallest RECORDS that
-    measures something and the WARMUP these RECORDS would need. The schedule is the
-    producers' (one pair's): detector j sends its records from its staggered offset, at
-    send_offset_ns (the ramp included); a record is warm-up if it is due within WARMUP of the
-    first."""
-    detectors = spec.DETECTORS[args.network]
-    period_ns = max(1, round(args.send_ms * 1e6))
-    ramp_ns, warmup_ns = round(args.ramp * 1e9), round(args.warmup * 1e9)
-    slots = args.producers if args.messages == "group" else detectors
-    offsets = [(j % slots) * period_ns // slots for j in range(detectors)]
-    # each detector's first record past the warm-up: its index i, which needs i + 1 records
-    first_measured = [first_due_at(warmup_ns - offset, period_ns, ramp_ns) for offset in offsets]
-    per_detector = [
-        args.records // detectors + (j < args.records % detectors) for j in range(detectors)
-    ]
-    if any(count > i for count, i in zip(per_detector, first_measured, strict=True)):
-        return
-    smallest = min(i * detectors + j + 1 for j, i in enumerate(first_measured))
-    last_ns = max(
-        offset + send_offset_ns(count - 1, period_ns, ramp_ns)
-        for offset, count in zip(offsets, per_detector, strict=True)
-        if count > 0
-    )
-    raise RunError(
-        f"RECORDS={args.records} measures nothing: the warm-up (WARMUP={args.warmup:g} s) takes "
-        f"the first {sum(first_measured)} records ({detectors} detectors every "
-        f"{args.send_ms:g} ms); give RECORDS={smallest} or more, or WARMUP="
-        f"{math.floor(last_ns / 1e7) / 100:g} or less"
-    )
-
-
-def first_due_at(at_ns: int, period_ns: int, ramp_ns: int) -> int:
-    """The index of a detector's first record due at or after at_ns from its start."""
-    low, high = 0, 1
-    while send_offset_ns(high, period_ns, ramp_ns) < at_ns:
-        low, high = high, high * 2
-    while low < high:
-        middle = (low + high) // 2
-        if send_offset_ns(middle, period_ns, ramp_ns) < at_ns:
-            low = middle + 1
-        else:
-            high = middle
-    return low
-
-
-def check_scale(args: argparse.Namespace) -> None:
-    """SCALE: one or cluster (hvbench_harness.cluster). BROKERS defaults to 3; TASKMANAGERS
-    to 2 here, on a testbed to one per real-time VM (TestbedTarget.scale_out)."""
-    if args.scale not in SCALES:
-        raise RunError(
-            f"unknown SCALE {args.scale!r}{spec.suggest(args.scale, SCALES)}; "
-            f"valid: {', '.join(SCALES)}"
-        )
-    given = [n for n in ("brokers", "taskmanagers") if getattr(args, n) is not None]
-    if given and args.scale != "cluster":
-        raise RunError(f"{', '.join(n.upper() for n in given)}: for SCALE=cluster")
-    if args.scale == "cluster":
-        args.brokers = 3 if args.brokers is None else args.brokers
-        if args.taskmanagers is None and args.target == "bare":
-            args.taskmanagers = 2
-        if not 1 <= args.brokers <= 9 or not 1 <= (args.taskmanagers or 1) <= spec.PRODUCERS:
-            raise RunError(
-                f"BROKERS is 1..9 and TASKMANAGERS 1..{spec.PRODUCERS} (one input partition "
-                f"per detector: more tasks would idle)"
-            )
-
-
-def check_network(args: argparse.Namespace) -> None:
-    """NETWORK is known (its data is checked where it is: here in check_settings, on a
-    testbed in TestbedTarget.check)."""
-    if args.network not in spec.DETECTORS:
-        raise RunError(
-            f"unknown NETWORK {args.network!r}{spec.suggest(args.network, spec.DETECTORS)}; "
-            f"valid: {', '.join(spec.DETECTORS)}"
-        )
-
-
-def check_load(args: argparse.Namespace) -> None:
-    """PRODUCERS, MESSAGES and CLIENTS (hvbench_load.producers): known values only."""
-    if args.messages not in spec.MESSAGES:
-        raise RunError(
-            f"unknown MESSAGES {args.messages!r}{spec.suggest(args.messages, spec.MESSAGES)}; "
-            f"valid: {', '.join(spec.MESSAGES)}"
-        )
-    detectors = spec.DETECTORS[args.network]
-    if not 1 <= args.producers <= detectors:
-        raise RunError(
-            f"PRODUCERS={args.producers}: NETWORK={args.network} has {detectors} detectors, "
-            f"so 1..{detectors} producer groups"
-        )
-    if not 1 <= args.clients <= args.producers:
-        raise RunError(
-            f"CLIENTS={args.clients}: each client pair needs a producer group of its own, "
-            f"so 1..{args.producers} (PRODUCERS={args.producers})"
-        )
+    return p
 
 
 def data_network(data: Path) -> str | None:
@@ -325,42 +120,47 @@ def data_network(data: Path) -> str | None:
         return None
 
 
-def check_settings(args: argparse.Namespace) -> tuple[Setting, tuning.CpuLatency | None]:
-    """Refuse bad settings before anything is started or touched (the scheduler's own check
-    comes once the run has its id, see run())."""
-    setting = validate_request(args)
-    if args.target != "bare":
-        return setting, None
-    for what, path in (("model", Path(args.model) / "manifest.json"), ("data", Path(args.data))):
+def check_machine(request: RunSpec) -> Here | None:
+    """What a bare run needs of this machine, before anything is started or touched: its model
+    and data (for the request's NETWORK), its CPUs for JOB_CPUS and NOISE_CPUS, and the
+    C-state hold. None on a testbed (its target checks its machines)."""
+    if request.target != "bare":
+        return None
+    for what, path in (
+        ("model", Path(request.model) / "manifest.json"),
+        ("data", Path(request.data)),
+    ):
         if not path.exists():
             raise RunError(f"no {what} at {path} (make train / make data create it)")
-    generated_for = data_network(Path(args.data))
-    if generated_for not in (None, args.network):
+    generated_for = data_network(Path(request.data))
+    if generated_for not in (None, request.network):
         raise RunError(
-            f"the data at {args.data} is for NETWORK={generated_for}, not {args.network} "
-            f"(make data NETWORK={args.network} DATA_DIR=... makes it)"
+            f"the data at {request.data} is for NETWORK={generated_for}, not {request.network} "
+            f"(make data NETWORK={request.network} DATA_DIR=... makes it)"
         )
-    args.noise_cpu_list = neighbours.bare_noise_cpus(args.noise_cpus, args.job_cpus)
-    requested, why = tuning.parse_cpu_latency(args.cpu_latency), ""
-    if args.max_cstate is not None and requested == "auto":  # the run's idle states, not 0 µs
-        requested, why = None, f"MAX_CSTATE={args.max_cstate} sets the idle states"
+    noise_cpus = neighbours.bare_noise_cpus(request.noise_cpus, request.job_cpus)
+    requested, why = tuning.parse_cpu_latency(request.cpu_latency), ""
+    if request.max_cstate is not None and requested == "auto":  # the run's idle states, not 0 µs
+        requested, why = None, f"MAX_CSTATE={request.max_cstate} sets the idle states"
     cpu_latency = tuning.CpuLatency(requested, off_because=why)
     cpu_latency.check()
-    return setting, cpu_latency
+    return Here(cpu_latency, noise_cpus)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(request: RunSpec) -> int:
     """One run: checked, then run while it holds its machines in the run registry
     (runlocks: refused if another run holds one, unless CONCURRENT=1)."""
-    setting, cpu_latency = check_settings(args)
-    run_id = check_name(args.run_id or default_run_id(args.target, setting), "RUN_ID")
-    results, work = under(args.results, run_id), under(args.work, run_id)
+    here = check_machine(request)
+    run_id = request.run_id or default_run_id(request.target, request.setting)
+    results, work = under(request.results, run_id), under(request.work, run_id)
     for taken in (results, work):
         if taken.exists():
             raise RunError(f"{taken} exists already; choose another RUN_ID")
-    machines = registered_machines(args.target, args.inventory)
-    with hold(run_id, machines, forced=args.concurrent) as held:
-        return run_held(args, (setting, cpu_latency), (run_id, results, work), held)
+    if request.host and request.target != "bare":  # HOST: its one-off inventory (inventory.py)
+        inventory.write_one_off(request.host, request.target, request.inventory)
+    machines = registered_machines(request.target, request.hosts)
+    with hold(run_id, machines, forced=request.concurrent) as held:
+        return run_held(request, here, (run_id, results, work), held)
 
 
 def under(folder: str, name: str) -> Path:
@@ -371,13 +171,13 @@ def under(folder: str, name: str) -> Path:
     return path
 
 
-def run_held(args: argparse.Namespace, checked: tuple, names: tuple, held) -> int:
+def run_held(request: RunSpec, here: Here | None, names: tuple, held) -> int:
     """The run's steps, while it holds its machines (`held`, whose record is meta.json
     `concurrent`). Every part it starts is torn down on the way out (Parts)."""
-    (setting, cpu_latency), (run_id, results, work) = checked, names
-    target = targets.choose(args, run_id, work, setting, cpu_latency)
+    run_id, results, work = names
+    target = targets.choose(request, run_id, work, here)
     work.mkdir(parents=True, exist_ok=True)
-    meta_doc = begin_meta(args, run_id, setting, target)
+    meta_doc = begin_meta(request, run_id, target)
     meta_doc["concurrent"] = held.record  # the runs seen at the start; at the end: below
     status = meta_doc["status"]
     interrupt = Interrupt()
@@ -387,7 +187,7 @@ def run_held(args: argparse.Namespace, checked: tuple, names: tuple, held) -> in
     error = None
     try:
         with parts:
-            measure(args, setting, target, parts, meta_doc, held.glance)
+            measure(request, target, parts, meta_doc, held.glance)
         status["state"] = "completed"
     except KeyboardInterrupt:
         mark_interrupted(status)
@@ -414,7 +214,7 @@ def run_held(args: argparse.Namespace, checked: tuple, names: tuple, held) -> in
         log(f"interrupted before sending: nothing measured (partial files stay in {work})")
         return 130
     held.look_again()  # the other runs live at the end, in meta.json `concurrent`
-    return finish(args, target, work, results, meta_doc)
+    return finish(request, target, work, results, meta_doc)
 
 
 SENDING_PHASES = ("sending", "draining")
@@ -426,8 +226,7 @@ def enter(meta_doc: dict, phase: str) -> None:
 
 
 def measure(
-    args: argparse.Namespace,
-    setting: Setting,
+    request: RunSpec,
     target: Target,
     parts: Parts,
     meta_doc: dict,
@@ -436,15 +235,16 @@ def measure(
     """Calibrate, start Kafka and the job, apply the setting and read it back, send every
     record and drain (glancing at the other runs on the machine); meta_doc gets what each
     step found."""
+    setting = request.setting
     run_id = meta_doc["run_id"]
     log(
-        f"run {run_id}: {args.records} records from {spec.DETECTORS[args.network]} detectors "
-        f"({args.network}) every {args.send_ms:g} ms, SCHED={setting.sched}"
+        f"run {run_id}: {request.records} records from {spec.DETECTORS[request.network]} detectors "
+        f"({request.network}) every {request.send_ms:g} ms, SCHED={setting.sched}"
     )
     calibration, meta_doc["cpu_latency"] = target.calibrate(parts)
     meta_doc["clock"] = {"tsc": calibration.as_dict()}
     (parts.work / CALIBRATION).write_text(json.dumps(calibration.as_dict()))
-    if args.clients > 1:
+    if request.clients > 1:
         meta_doc["clock"]["clients"] = target.calibrate_clients()
     # each step's phase is entered before the last one's line is logged: a Ctrl-C right after
     # that line is reported in the phase that follows it
@@ -468,21 +268,21 @@ def measure(
     enter(meta_doc, "starting the neighbours")
     if (noise := target.start_noise(parts)) is not None:
         meta_doc["noise"] = noise
-    if args.baseline:
+    if request.baseline:
         enter(meta_doc, "measuring the noise floor")
-        meta_doc["baseline"] = target.noise_floor(setting, args.baseline_s)
+        meta_doc["baseline"] = target.noise_floor(setting, request.baseline_s)
     enter(meta_doc, "starting the consumer")
-    pairs = range(args.clients)
+    pairs = range(request.clients)
     consumers = [start_consumer(target, parts, bootstrap, k, (job, run_id)) for k in pairs]
     enter(meta_doc, "sending")
-    if args.trace:
+    if request.trace:
         target.start_trace(parts)
     parts.on_teardown(target.energy.stop)
     target.energy.start()
     producers = [start_producers(target, parts, bootstrap, run_id, k) for k in pairs]
-    steal = drain(args, target, parts, (job, consumers, producers), meta_doc, glance)
+    steal = drain(request, target, parts, (job, consumers, producers), meta_doc, glance)
     target.energy.stop()
-    if args.trace:
+    if request.trace:
         target.stop_trace()
     target.stop_noise()
     if steal is not None:
@@ -518,25 +318,26 @@ def default_run_id(target: str, setting: Setting) -> str:
     )
 
 
-def begin_meta(args: argparse.Namespace, run_id: str, setting: Setting, target: Target) -> dict:
+def begin_meta(request: RunSpec, run_id: str, target: Target) -> dict:
     """What meta.json knows before the run starts: the request, the invocation, the target."""
     return {
         "run_id": run_id,
         "requested": {
-            **{f.requested: getattr(args, f.name) for f in spec.FIELDS},
+            **request.requested(),
+            "taskmanagers": target.taskmanagers,  # on a testbed, one per real-time VM if unset
             # the setting as validated, with its defaults (PERIOD 100000, EXTRATIME 0, ...):
             # its fields are named as meta.json names them
-            **asdict(setting),
-            "detectors": spec.DETECTORS[args.network],
-            "rep": args.rep,
-            "campaign": args.campaign,
+            **asdict(request.setting),
+            "detectors": spec.DETECTORS[request.network],
+            "rep": request.rep,
+            "campaign": request.campaign,
         },
         "started_at": datetime.now(UTC).isoformat(),
         "status": {"state": "running", "reason": None, "phase": "calibrating the TSC"},
         # how the harness was started and what it read: make rerun repeats a run from these
         "invocation": {"argv": sys.argv, "cwd": os.getcwd()},
         **target.describe(),
-        "rerun_of": args.rerun_of,
+        "rerun_of": request.rerun_of,
     }
 
 
@@ -577,11 +378,11 @@ def start_job(target: Target, parts: Parts, bootstrap: str) -> subprocess.Popen:
         "--settings-out",
         f"{paths.work}/job-settings.json",
         *("--tmp-dir", f"{paths.work}/job-tmp"),  # removed with the work directory
-        *("--network", target.args.network),
-        *(["--force-tsc"] if target.args.force_tsc else []),
+        *("--network", target.request.network),
+        *(["--force-tsc"] if target.request.force_tsc else []),
         # on the machine that stamps send and receipt, the job stamps on the same clock
         *(["--calibration", f"{paths.work}/{CALIBRATION}"] if target.job_shares_clock else []),
-        *("--producers", str(target.args.producers), "--clients", str(target.args.clients)),
+        *("--producers", str(target.request.producers), "--clients", str(target.request.clients)),
     ]
     cmd = target.job_command(parts, job_args)
     out = open(parts.work / "job.out", "wb")  # noqa: SIM115 — the child writes to it until the end
@@ -628,7 +429,7 @@ def wait_job_ready(
 def start_consumer(target: Target, parts: Parts, bootstrap: str, pair: int, watched):
     """Client pair `pair`'s consumer, once it has its partitions; and its output's lines."""
     job, run_id = watched
-    args, work = target.args, target.paths.work
+    request, work = target.request, target.paths.work
     machine = target.client_machines()[pair]
     consumer = parts.start(
         "consumer" if pair == 0 else f"consumer {pair}",
@@ -636,8 +437,8 @@ def start_consumer(target: Target, parts: Parts, bootstrap: str, pair: int, watc
         machine.module(
             "hvbench_load.consumer",
             *("--bootstrap", bootstrap, "--calibration", f"{work}/{pair_file(CALIBRATION, pair)}"),
-            *("--run-id", run_id, "--expect", str(args.records), "--network", args.network),
-            *("--producers", str(args.producers), "--clients", str(args.clients)),
+            *("--run-id", run_id, "--expect", str(request.records), "--network", request.network),
+            *("--producers", str(request.producers), "--clients", str(request.clients)),
             *("--client", str(pair), "--out", f"{work}/{pair_file('received.csv', pair)}"),
             *("--summary", f"{work}/{pair_file('consumer.json', pair)}"),
             *("--dead-letters", f"{work}/{pair_file('dead_letters.jsonl', pair)}"),
@@ -704,11 +505,11 @@ class Stall:
         )
 
 
-def stall_limit(args: argparse.Namespace, target: Target) -> float:
+def stall_limit(request: RunSpec, target: Target) -> float:
     """STALL_S, else the target's; never under STALL_GAPS of the longest gap between two
     sends (a detector's send period; at the start of a ramp, the slower rate's)."""
-    gap_s = args.send_ms / 1000 / (RAMP_START if args.ramp > 0 else 1)
-    return max(args.stall_s or target.stall_s, STALL_GAPS * gap_s)
+    gap_s = request.send_ms / 1000 / (RAMP_START if request.ramp > 0 else 1)
+    return max(request.stall_s or target.stall_s, STALL_GAPS * gap_s)
 
 
 def client_pids(target: Target, consumers: list, producers: list) -> dict[str, list[int]]:
@@ -733,7 +534,7 @@ def start_producers(
 ) -> subprocess.Popen:
     """Client pair `pair`'s producers: its groups' records, each group in its place in the
     staggered schedule, from the pair's own start."""
-    args, work = target.args, target.paths.work
+    request, work = target.request, target.paths.work
     machine = target.client_machines()[pair]
     producers = parts.start(
         "producers" if pair == 0 else f"producers {pair}",
@@ -742,12 +543,17 @@ def start_producers(
             "hvbench_load.producers",
             *("--bootstrap", bootstrap, "--data", target.paths.data),
             *("--calibration", f"{work}/{pair_file(CALIBRATION, pair)}", "--run-id", run_id),
-            *("--records", str(args.records), "--period-ms", str(args.send_ms)),
-            *("--network", args.network),
-            *("--producers", str(args.producers), "--messages", args.messages),
-            *("--clients", str(args.clients), "--client", str(pair)),
+            *("--records", str(request.records), "--period-ms", str(request.send_ms)),
+            *("--network", request.network),
+            *("--producers", str(request.producers), "--messages", request.messages),
+            *("--clients", str(request.clients), "--client", str(pair)),
             # the first pair injects the malformed records (its consumer reads the dead letters)
-            *("--ramp-s", str(args.ramp), "--malformed", str(args.malformed if pair == 0 else 0)),
+            *(
+                "--ramp-s",
+                str(request.ramp),
+                "--malformed",
+                str(request.malformed if pair == 0 else 0),
+            ),
             *("--out", f"{work}/{pair_file('sent.csv', pair)}"),
             *("--malformed-out", f"{work}/malformed.jsonl"),
         ),
@@ -755,15 +561,15 @@ def start_producers(
         stderr=subprocess.STDOUT,
     )
     if pair == 0:
-        per_detector = -(-args.records // spec.DETECTORS[args.network])
-        ramp_ns = round(args.ramp * 1e9)
-        last = send_offset_ns(per_detector - 1, round(args.send_ms * 1e6), ramp_ns)
-        log(f"producers started: about {last / 1e9 + args.send_ms / 1000:.0f} s of sending")
+        per_detector = -(-request.records // spec.DETECTORS[request.network])
+        ramp_ns = round(request.ramp * 1e9)
+        last = send_offset_ns(per_detector - 1, round(request.send_ms * 1e6), ramp_ns)
+        log(f"producers started: about {last / 1e9 + request.send_ms / 1000:.0f} s of sending")
     return producers
 
 
 def drain(
-    args: argparse.Namespace,
+    request: RunSpec,
     target: Target,
     parts: Parts,
     procs,
@@ -781,7 +587,7 @@ def drain(
     pids = target.part_pids(job, {"producers": producers, "consumer": [c for c, _ in consumers]})
     usage, sending, progress = PartCpu(pids), False, {}
     drain_deadline, steal, warmed_up = None, None, 0.0
-    stall = Stall(stall_limit(args, target))
+    stall = Stall(stall_limit(request, target))
     meta_doc["watch"] = {"stall_s": stall.limit_s}
     while any(c.poll() is None for c, _ in consumers):
         time.sleep(0.2)
@@ -790,7 +596,7 @@ def drain(
         if not sending and SENDING in (parts.work / "producers.out").read_text(errors="replace"):
             usage, sending = PartCpu(pids), True  # from here: loading the data is not sending
             target.energy.mark("sending")
-            warmed_up = time.monotonic() + args.warmup
+            warmed_up = time.monotonic() + request.warmup
             stall.hold(time.monotonic())
         if sending and drain_deadline is None and time.monotonic() >= warmed_up:
             target.energy.mark("measured")
@@ -798,7 +604,7 @@ def drain(
         if all(p.poll() is not None for p in producers) and drain_deadline is None:
             enter(meta_doc, "draining")
             target.energy.mark("sent")
-            drain_deadline = time.monotonic() + args.drain
+            drain_deadline = time.monotonic() + request.drain
             steal = target.steal(
                 {m.name: tuning.steal_between(cpu_at_start[m.name], cpu_times(m)) for m in machines}
             )
@@ -820,7 +626,7 @@ def drain(
     if sys.stdout.isatty():
         print()
     if usage.pids:
-        meta_doc["cpu_per_part"] = usage.result(args.records)
+        meta_doc["cpu_per_part"] = usage.result(request.records)
     check_clients(parts, consumers, producers)
     return steal
 
@@ -902,9 +708,7 @@ FINISHING = ("saving the raw files", "collecting the run's facts", "accounting",
 WRITING = "writing the results"
 
 
-def finish(
-    args: argparse.Namespace, target: Target, work: Path, results: Path, meta_doc: dict
-) -> int:
+def finish(request: RunSpec, target: Target, work: Path, results: Path, meta_doc: dict) -> int:
     """Account for every record, write results/<run-id>/ and print the summary; also for a
     run that failed or was interrupted while sending (its status says so). meta_doc is saved
     beside the raw files first (rawfiles.save): whatever fails after that, results/<run-id>/
@@ -914,24 +718,24 @@ def finish(
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     step, accounted = FINISHING[0], None
     try:
-        how = accounting_how(args, target)
+        how = accounting_how(request, target)
         rawfiles.save(work, meta_doc, how)
         step = FINISHING[1]
-        gather(args, target, work, meta_doc)
+        gather(request, target, work, meta_doc)
         saved = rawfiles.save(work, meta_doc, how)
         step = FINISHING[2]
         accounted = rawfiles.account(work, saved)
         step = FINISHING[3]
         summary = summary_lines(results, accounted.counts, accounted.meta)
     except Exception as e:
-        return finish_failed(args, work, results, meta_doc, (step, e), accounted)
+        return finish_failed(request, work, results, meta_doc, (step, e), accounted)
     try:
-        logs = run_logs(work, args.clients)
+        logs = run_logs(work, request.clients)
         rawfiles.write(results, accounted.meta, accounted.samples, work, logs, keep_raw=False)
     except OSError as e:
         raise RunError(not_written(results, work, e)) from None
     except Exception as e:
-        return finish_failed(args, work, results, meta_doc, (WRITING, e), accounted)
+        return finish_failed(request, work, results, meta_doc, (WRITING, e), accounted)
     shutil.rmtree(work, ignore_errors=True)
     print("\n".join(summary))
     return exit_code(accounted.meta, accounted.counts)
@@ -943,17 +747,17 @@ def exit_code(meta_doc: dict, counts: accounting.Counts) -> int:
     return EXIT_CODES.get(meta_doc["status"]["state"], 0 if counts.accounted else 2)
 
 
-def accounting_how(args: argparse.Namespace, target: Target) -> dict:
+def accounting_how(request: RunSpec, target: Target) -> dict:
     """What accounting needs beyond the raw files and meta.json (rawfiles.account)."""
     return {
-        "warmup_ns": round(args.warmup * 1e9),
-        "pairs": args.clients,
+        "warmup_ns": round(request.warmup * 1e9),
+        "pairs": request.clients,
         "job_clock": job_clock_unknown(target),
         "job_shares_clock": target.job_shares_clock,
     }
 
 
-def gather(args: argparse.Namespace, target: Target, work: Path, meta_doc: dict) -> None:
+def gather(request: RunSpec, target: Target, work: Path, meta_doc: dict) -> None:
     """What the target knows of the run that the raw files do not, into meta_doc: the end,
     the faults, the machines' facts, the energy, the trace, the settings; the energy samples
     and the trace go into `work` as files."""
@@ -962,7 +766,7 @@ def gather(args: argparse.Namespace, target: Target, work: Path, meta_doc: dict)
         {
             "ended_at": datetime.now(UTC).isoformat(),
             "faults": target.faults(),
-            "warmup_excluded_s": args.warmup,
+            "warmup_excluded_s": request.warmup,
             "clients": {"producer": PRODUCER_CONFIG, "consumer": CONSUMER_CONFIG},
             "job": read_json(work / "job-settings.json"),
             "model": facts.get("model"),
@@ -973,7 +777,7 @@ def gather(args: argparse.Namespace, target: Target, work: Path, meta_doc: dict)
     )
     meta_doc["energy"] = target.energy.summary({})  # the records per window come with the counts
     (work / results_contract.ENERGY).write_text(target.energy.samples_csv())
-    meta_doc.setdefault("clock", {})["stamps"] = stamps_text(args.clients, facts)
+    meta_doc.setdefault("clock", {})["stamps"] = stamps_text(request.clients, facts)
     keep_trace(target, work, meta_doc)
 
 
@@ -987,7 +791,7 @@ def run_logs(work: Path, pairs: int) -> list[Path]:
 
 
 def finish_failed(
-    args: argparse.Namespace,
+    request: RunSpec,
     work: Path,
     results: Path,
     meta_doc: dict,
@@ -1014,7 +818,7 @@ def finish_failed(
     print(trace, file=sys.stderr, end="")
     samples = accounted.samples if accounted is not None and step != WRITING else None
     try:
-        rawfiles.write(results, doc, samples, work, run_logs(work, args.clients), keep_raw=True)
+        rawfiles.write(results, doc, samples, work, run_logs(work, request.clients), keep_raw=True)
     except Exception as e:  # a full disk (OSError), or what failed before fails again
         raise RunError(not_written(results, work, e)) from None
     shutil.rmtree(work, ignore_errors=True)
@@ -1169,12 +973,11 @@ def main(argv: list[str] | None = None) -> int:
     # benchmarks), whose later children would otherwise inherit SIGINT ignored
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        args = parse_args(argv)
-        if args.validate_only:
-            validate_request(args)
-            print(args.target)
+        request, validate_only = parse_args(argv)
+        if validate_only:
+            print(request.target)
             return 0
-        return run(args)
+        return run(request)
     except (*RUN_ENDING, ValueError, tsc_timer.TscUnavailable) as e:
         print(f"make run: {e}", file=sys.stderr)
         return 1

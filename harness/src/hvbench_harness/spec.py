@@ -14,7 +14,6 @@ command line, before the venv exists.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
 import sys
@@ -154,20 +153,25 @@ INPUTS = (
     Field("model", str, "artifacts/forecaster", "--model", "the trained model (bare)",
           make_name="MODEL_DIR"),
 )  # fmt: skip
+# The harness's own options: where its tools are, and what a run belongs to. `make run` and
+# campaigns set them; they are no Make variables of their own.
+OPTIONS = (
+    Field("kafka_libs", str, "build/kafka/libs", "--kafka-libs", "Kafka's jars (make kafka)"),
+    Field("connector_dir", str, "build/flink/lib", "--connector-dir",
+          "the Flink Kafka connector's jars (make flink-connector)"),
+    Field("work", str, "work", "--work", "broker data and logs while running"),
+    Field("rep", int, None, "--rep", "repetition number, recorded with the run"),
+    Field("campaign", str, None, "--campaign", "the campaign this run belongs to, recorded"),
+    Field("rerun_of", str, None, "--rerun-of",
+          "the results directory of the run this repeats (make rerun)"),
+)  # fmt: skip
 # Make variables that build a bare run's inputs (make data, make train): make run takes them,
 # the harness leaves them to make.
 BUILD_VARS = ("PYTHON", "SEED", "DAYS", "START", "EPOCHS")
-BY_NAME = {f.name: f for f in FIELDS + INPUTS}
+BY_NAME = {f.name: f for f in FIELDS + INPUTS + OPTIONS}
 BY_MAKE = {f.make: f for f in FIELDS + INPUTS}
 # A campaign may give the rate instead of the send period: records/s over all producers.
 CAMPAIGN_KEYS = sorted({f.name for f in FIELDS if f.name != "target"} | {"rate"})
-
-# The typed request: one attribute per field of FIELDS, frozen.
-RunSpec = dataclasses.make_dataclass(
-    "RunSpec",
-    [(f.name, f.kind | None, dataclasses.field(default=f.default)) for f in FIELDS],
-    frozen=True,
-)
 
 
 def rate_per_s(send_ms: float, network: str | None = "freeway") -> float:
@@ -240,8 +244,9 @@ def assignments_to_flags(argv: list[str]) -> list[str]:
 
 def add_arguments(parser) -> None:
     """The harness's options, one per field."""
-    for field in FIELDS + INPUTS:
-        help_text = f"{field.make}: {field.help}".replace("%", "%%")  # argparse formats help
+    for field in FIELDS + INPUTS + OPTIONS:
+        help_text = field.help if field in OPTIONS else f"{field.make}: {field.help}"
+        help_text = help_text.replace("%", "%%")  # argparse formats help
         if field.kind is bool:
             parser.add_argument(field.flag, dest=field.name, action="store_true", help=help_text)
         else:
@@ -270,7 +275,7 @@ def from_requested(requested: dict) -> dict:
 
 
 def as_requested(spec) -> dict:
-    """A RunSpec as meta.json records it."""
+    """A RunSpec (runspec.py) as meta.json records it."""
     return {f.requested: getattr(spec, f.name) for f in FIELDS}
 
 

@@ -9,7 +9,6 @@ broker, which scheduler takes the run's setting, and which facts describe the ru
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -43,6 +42,7 @@ from hvbench_harness.parts import (
     tail,
 )
 from hvbench_harness.power import EnergyMeter, HostPower
+from hvbench_harness.runspec import RunSpec
 from hvbench_harness.testbed import HostScheduler, Machine, Testbed, TestbedError, resolve
 
 TOPICS = {"input": "input", "output": "output", "dead_letter": "dead-letter"}
@@ -91,11 +91,20 @@ class Paths:
     work: str  # on the messaging and the real-time machine
 
 
-def check_readiness(results: dict, facts: dict, args: argparse.Namespace) -> dict:
+@dataclass(frozen=True)
+class Here:
+    """What this machine gives a bare run, checked before anything starts: the C-state hold
+    and the CPUs of the neighbours' loads (None: any)."""
+
+    cpu_latency: tuning.CpuLatency
+    noise_cpus: str | None
+
+
+def check_readiness(results: dict, facts: dict, request: RunSpec) -> dict:
     """The machines' readiness checks (hvbench_harness.readiness): RunError if a required one
     fails and is not forced; else what meta.json records of them."""
-    readiness.set_by_run(results, args.policy.given())
-    doc = readiness.verdict(results, args.force, args.force_tsc)
+    readiness.set_by_run(results, request.policy.given())
+    doc = readiness.verdict(results, request.force, request.force_tsc)
     if doc["refused"]:
         raise RunError(readiness.refusal(doc))
     for failed in doc["failed_required"]:
@@ -119,23 +128,24 @@ class BareTarget:
     job_shares_clock = True  # the job adopts the run's calibration: one clock for every stamp
     job_clocks = 1  # the machines the job's stamps come from
 
-    def __init__(self, args: argparse.Namespace, run_id: str, cpu_latency: tuning.CpuLatency):
-        self.args, self.cpu_latency = args, cpu_latency
+    def __init__(self, request: RunSpec, run_id: str, here: Here):
+        self.request, self.here = request, here
+        self.cpu_latency = here.cpu_latency
         self.messaging = self.realtime = Machine("this machine")
         self.paths = Paths(
-            args.data,
-            args.model,
-            args.kafka_libs,
-            args.connector_dir,
-            str(Path(args.work).resolve() / run_id),
+            request.data,
+            request.model,
+            request.kafka_libs,
+            request.connector_dir,
+            str(Path(request.work).resolve() / run_id),
         )
         self.cluster = (
-            LocalCluster(args, Path(self.paths.work)) if args.scale == "cluster" else None
+            LocalCluster(request, Path(self.paths.work)) if request.scale == "cluster" else None
         )
-        jvms = args.taskmanagers if self.cluster else 1  # set by run.check_scale
-        threads = job_threads(args.clients) * jvms
+        self.taskmanagers = request.taskmanagers  # None: no cluster
+        threads = job_threads(request.clients) * (self.taskmanagers or 1)
         self.scheduler = LinuxScheduler(run_id, JOB_THREAD_PATTERNS, threads)
-        self.power = HostPower([self.messaging], args.policy)  # this machine plays the host
+        self.power = HostPower([self.messaging], request.policy)  # this machine plays the host
         self.energy = EnergyMeter(self.power.machines)
         self.readiness: dict = {}
         self.broker: KafkaBroker | KafkaCluster | None = None
@@ -149,34 +159,34 @@ class BareTarget:
 
     def client_machines(self) -> list[Machine]:
         """Where each client pair runs: here, every one."""
-        return [self.messaging] * self.args.clients
+        return [self.messaging] * self.request.clients
 
     def calibrate_clients(self) -> list[dict]:
         """meta.json `clock.clients`: every pair here shares the run's calibration."""
         work = Path(self.paths.work)
-        for pair in range(1, self.args.clients):
+        for pair in range(1, self.request.clients):
             shutil.copy(work / CALIBRATION, work / pair_file(CALIBRATION, pair))
         return [
             {"client": k, "machine": self.messaging.name, "calibration": "the run's"}
-            for k in range(self.args.clients)
+            for k in range(self.request.clients)
         ]
 
     def check(self, setting: Setting, require: list[str]) -> None:
         """Before anything starts: this machine's readiness and the scheduler's own check."""
-        self.readiness = check_readiness(*readiness.check_here(require), self.args)
+        self.readiness = check_readiness(*readiness.check_here(require), self.request)
         self.scheduler.check(setting)
 
     def describe(self) -> dict:
         """What meta.json records of where the run ran and what it read."""
-        args = self.args
+        request = self.request
         return {
             "inputs": {
                 name: str(Path(value).resolve())
                 for name, value in (
-                    ("data", args.data),
-                    ("model", args.model),
-                    ("kafka_libs", args.kafka_libs),
-                    ("connector_dir", args.connector_dir),
+                    ("data", request.data),
+                    ("model", request.model),
+                    ("kafka_libs", request.kafka_libs),
+                    ("connector_dir", request.connector_dir),
                 )
             },
             "readiness": self.readiness,
@@ -185,7 +195,7 @@ class BareTarget:
 
     def calibrate(self, parts: Parts) -> tuple[tsc_timer.Calibration, dict]:
         """The TSC calibration here, and the CPU latency limit held for the run."""
-        calibration = tsc_timer.calibrate(force=self.args.force_tsc)
+        calibration = tsc_timer.calibrate(force=self.request.force_tsc)
         self.cpu_latency.open()
         parts.on_teardown(self.cpu_latency.close)
         held = self.cpu_latency.describe()
@@ -199,13 +209,13 @@ class BareTarget:
     def start_broker(self, parts: Parts) -> dict:
         if self.cluster is not None:
             self.broker = self.cluster.start_kafka(parts)
-            return {**self.broker.describe(), "restarts_allowed": self.args.broker_restarts}
-        self.broker = broker = KafkaBroker(self.args.kafka_libs, Path(self.paths.work) / "kafka")
+            return {**self.broker.describe(), "restarts_allowed": self.request.broker_restarts}
+        self.broker = broker = KafkaBroker(self.request.kafka_libs, Path(self.paths.work) / "kafka")
         parts.on_teardown(lambda: parts.record("Kafka", broker.stop()))
         broker.start()
-        broker.create_topics(topic_names(self.args.clients))
-        broker.keep(self.args.broker_restarts)
-        return {**broker.describe(), "restarts_allowed": self.args.broker_restarts}
+        broker.create_topics(topic_names(self.request.clients))
+        broker.keep(self.request.broker_restarts)
+        return {**broker.describe(), "restarts_allowed": self.request.broker_restarts}
 
     def job_command(self, parts: Parts, job_args: list[str]) -> list[str]:
         """The job's command; on a cluster, the session cluster is started first."""
@@ -228,7 +238,7 @@ class BareTarget:
 
     def job_prefix(self) -> list[str]:
         """JOB_CPUS: the job (PyFlink and its JVM, every thread they start) on those CPUs."""
-        return ["taskset", "--cpu-list", self.args.job_cpus] if self.args.job_cpus else []
+        return ["taskset", "--cpu-list", self.request.job_cpus] if self.request.job_cpus else []
 
     def part_pids(self, job: subprocess.Popen, load: dict) -> dict[str, list[int]]:
         """The processes of each part, for the CPU they use while sending (harness.cpu)."""
@@ -246,7 +256,7 @@ class BareTarget:
         """meta.json `job_cpus`: the CPUs asked for and those the JVM may use, read back."""
         return {
             "job_cpus": {
-                "requested": self.args.job_cpus or "all",
+                "requested": self.request.job_cpus or "all",
                 "jvm_readback": neighbours.allowed_cpus(self.jvm_pids[0]),
                 **(
                     {"taskmanagers_readback": [neighbours.allowed_cpus(p) for p in self.jvm_pids]}
@@ -259,11 +269,12 @@ class BareTarget:
 
     def start_noise(self, parts: Parts) -> dict | None:
         """NOISE: the loads as processes here, on the CPUs NOISE_CPUS names."""
-        args = self.args
-        if not args.noise:
+        request = self.request
+        if not request.noise:
             return None
-        groups = neighbours.parse(args.noise)
-        self.noise = LocalNoise(groups, args.noise_cpu_list, args, Path(self.paths.work))
+        self.noise = LocalNoise(
+            request.noise_groups, self.here.noise_cpus, request, Path(self.paths.work)
+        )
         parts.on_teardown(self.noise.stop)
         record = self.noise.start()
         for process in self.noise.processes():  # the teardown checks that none is left
@@ -367,7 +378,7 @@ class BareTarget:
         return figures[self.messaging.name]  # one machine: the figure itself
 
     def facts(self) -> dict:
-        manifest = json.loads((Path(self.args.model) / "manifest.json").read_text())
+        manifest = json.loads((Path(self.request.model) / "manifest.json").read_text())
         return {
             "model": manifest.get("checksum"),
             "host": agent_facts.collect_host(),
@@ -386,13 +397,13 @@ class TestbedTarget:
     stall_s = 30.0
     restarting = False  # the broker said it is being restarted ({"restarting": true})
 
-    def __init__(self, args: argparse.Namespace, run_id: str, work: Path):
-        self.args, self.work = args, work
+    def __init__(self, request: RunSpec, run_id: str, work: Path):
+        self.request, self.work = request, work
         work.mkdir(parents=True)
-        self.testbed: Testbed = resolve(args.inventory, work / "testbed.json")
-        if self.testbed.target != args.target:
+        self.testbed: Testbed = resolve(request.hosts, work / "testbed.json")
+        if self.testbed.target != request.target:
             raise RunError(
-                f"TARGET={args.target}, but {args.inventory} is a {self.testbed.target} testbed"
+                f"TARGET={request.target}, but {request.hosts} is a {self.testbed.target} testbed"
             )
         self.name = self.testbed.target
         self.messaging, self.realtime = self.testbed.messaging, self.testbed.realtime
@@ -402,15 +413,16 @@ class TestbedTarget:
         self.job_clocks = 1  # a cluster's TaskManagers may stamp on several (scale_out)
         base = self.testbed.install_dir  # where the guest roles put everything
         self.paths = Paths(
-            f"{base}/data/{DATA_DIRS[args.network]}",
+            f"{base}/data/{DATA_DIRS[request.network]}",
             f"{base}/model",
             f"{base}/kafka/libs",
             f"{base}/flink/lib",
             f"{self.testbed.work_dir}/{run_id}",
         )
-        self.cluster = self.scale_out(args)
+        self.taskmanagers: int | None = None  # scale_out
+        self.cluster = self.scale_out(request)
         self.scheduler = HostScheduler(self.testbed)
-        self.power = HostPower([h.machine for h in self.testbed.each_host()], args.policy)
+        self.power = HostPower([h.machine for h in self.testbed.each_host()], request.policy)
         self.energy = EnergyMeter(self.power.machines)
         self.readiness: dict = {}
         self.broker: subprocess.Popen | None = None
@@ -425,15 +437,16 @@ class TestbedTarget:
             f"({', '.join(self.testbed.realtime_domains)})"
         )
 
-    def scale_out(self, args: argparse.Namespace) -> TestbedCluster | None:
+    def scale_out(self, request: RunSpec) -> TestbedCluster | None:
         """SCALE=cluster: one TaskManager per real-time VM unless TASKMANAGERS says; the job
         shares the run's clock only if every TaskManager runs on the messaging machine."""
-        if args.scale != "cluster":
+        if request.scale != "cluster":
             return None
-        if args.taskmanagers is None:
-            args.taskmanagers = min(len(self.testbed.realtime_vms), spec.PRODUCERS)
-        cluster = TestbedCluster(args, self.testbed, self.paths)
-        used = {vm.ssh for vm in self.testbed.realtime_vms[: args.taskmanagers]}
+        self.taskmanagers = request.taskmanagers or min(
+            len(self.testbed.realtime_vms), spec.PRODUCERS
+        )
+        cluster = TestbedCluster(request, self.testbed, self.paths, self.taskmanagers)
+        used = {vm.ssh for vm in self.testbed.realtime_vms[: self.taskmanagers]}
         self.job_shares_clock = used == {self.messaging.ssh}
         self.job_clocks = len(used)
         return cluster
@@ -445,7 +458,7 @@ class TestbedTarget:
     def client_machines(self) -> list[Machine]:
         """Where each client pair runs: the messaging VMs in turn."""
         vms = self.testbed.messaging_vms
-        return [vms[k % len(vms)] for k in range(self.args.clients)]
+        return [vms[k % len(vms)] for k in range(self.request.clients)]
 
     def calibrate_clients(self) -> list[dict]:
         """Each pair's calibration in its own VM (meta.json `clock.clients`); a pair in the
@@ -466,10 +479,12 @@ class TestbedTarget:
         """The neighbours asked for, admission and the domain on the host, then every
         machine's readiness."""
         neighbour_vms = [d for d, _ in self.testbed.neighbours]
-        assign(neighbours.parse(self.args.noise), neighbour_vms, self.testbed.workload_neighbours)
+        assign(self.request.noise_groups, neighbour_vms, self.testbed.workload_neighbours)
         self.check_data()
         self.scheduler.check(setting)
-        self.readiness = check_readiness(*readiness.check_testbed(self.testbed, require), self.args)
+        self.readiness = check_readiness(
+            *readiness.check_testbed(self.testbed, require), self.request
+        )
 
     def check_data(self) -> None:
         """The network's data is where the producers read it (the guest bundle carries both
@@ -478,20 +493,20 @@ class TestbedTarget:
         found = machine.run(["cat", f"{data}/generated.json"], check=False)
         if found.returncode == 0:
             generated_for = json.loads(found.stdout).get("network", "freeway")
-            if generated_for != self.args.network:
+            if generated_for != self.request.network:
                 raise RunError(
                     f"the data at {data} in {machine.name} is for NETWORK={generated_for}, "
-                    f"not {self.args.network}"
+                    f"not {self.request.network}"
                 )
         elif machine.run(["sh", "-c", f"ls {data}/*.txt.gz"], check=False).returncode != 0:
             raise RunError(
-                f"no {self.args.network} data at {data} in {machine.name}: provision the "
+                f"no {self.request.network} data at {data} in {machine.name}: provision the "
                 "testbed again (make provision bundles both networks' data)"
             )
 
     def describe(self) -> dict:
         return {
-            "inputs": {"inventory": str(Path(self.args.inventory).resolve())},
+            "inputs": {"inventory": str(Path(self.request.hosts).resolve())},
             "hypervisor": self.hypervisor(),
             "guests": self.guests(),
             "readiness": self.readiness,
@@ -517,8 +532,8 @@ class TestbedTarget:
         SCALE=one all but the first of each, with SCALE=cluster those beyond BROKERS and
         TASKMANAGERS. Real-time VMs among them still get the scheduler setting."""
         tb, cluster = self.testbed, self.cluster is not None
-        messaging = max(self.args.brokers if cluster else 1, self.args.clients)
-        realtime = self.args.taskmanagers if cluster else 1
+        messaging = max(self.request.brokers if cluster else 1, self.request.clients)
+        realtime = self.taskmanagers if cluster else 1
         unused = [vm.name for vm in (*tb.messaging_vms[messaging:], *tb.realtime_vms[realtime:])]
         return {"without a part": unused} if unused else {}
 
@@ -558,9 +573,9 @@ class TestbedTarget:
         return found
 
     def domains_on(self, host: Machine, names: list[str]) -> list[dict]:
-        args = ["domains", "read", "--backend", self.name]
-        args += [a for name in names if name for a in ("--domain", name)]
-        proc = host.run(host.agent(*args), root=True, check=False)
+        words = ["domains", "read", "--backend", self.name]
+        words += [a for name in names if name for a in ("--domain", name)]
+        proc = host.run(host.agent(*words), root=True, check=False)
         if proc.returncode != 0:
             return [{"error": proc.stderr.strip() or "hvbench-agent domains read failed"}]
         return json.loads(proc.stdout)["domains"]
@@ -582,7 +597,7 @@ class TestbedTarget:
         return calibration, held
 
     def force_tsc(self) -> list[str]:
-        return ["--force"] if self.args.force_tsc else []
+        return ["--force"] if self.request.force_tsc else []
 
     def start_broker(self, parts: Parts) -> dict:
         """Kafka in the messaging VM, listening on the guests' private network only; on a
@@ -590,7 +605,7 @@ class TestbedTarget:
         if self.cluster is not None:
             return {
                 **self.cluster.start_kafka(parts),
-                "restarts_allowed": self.args.broker_restarts,
+                "restarts_allowed": self.request.broker_restarts,
             }
         broker = parts.start(
             "Kafka",
@@ -604,9 +619,9 @@ class TestbedTarget:
                 "--host",
                 self.testbed.messaging_address,
                 "--topics",
-                ",".join(topic_names(self.args.clients)),
+                ",".join(topic_names(self.request.clients)),
                 "--restarts",
-                str(self.args.broker_restarts),
+                str(self.request.broker_restarts),
             ),
             stdout=subprocess.PIPE,
             stderr=open(parts.work / "broker.err", "wb"),  # noqa: SIM115 — the child's
@@ -618,7 +633,7 @@ class TestbedTarget:
                 f"Kafka did not start in {self.messaging.name}:\n" + tail(parts.work / "broker.err")
             )
         self.broker = broker
-        return {**json.loads(first), "restarts_allowed": self.args.broker_restarts}
+        return {**json.loads(first), "restarts_allowed": self.request.broker_restarts}
 
     def part_pids(self, _job: subprocess.Popen, _load: dict) -> dict[str, list[int]]:
         return {}  # the parts run in guests: their processes are not this machine's
@@ -641,20 +656,20 @@ class TestbedTarget:
         states recorded."""
         if not self.testbed.neighbours:
             return None
-        args = self.args
-        per_detector = -(-args.records // spec.DETECTORS[args.network])
-        longest_s = per_detector * args.send_ms / 1000 + args.warmup + args.drain
+        request = self.request
+        per_detector = -(-request.records // spec.DETECTORS[request.network])
+        longest_s = per_detector * request.send_ms / 1000 + request.warmup + request.drain
         self.noise = TestbedNoise(
-            self.testbed, neighbours.parse(args.noise), Path(self.work).name, longest_s, args
+            self.testbed, request.noise_groups, Path(self.work).name, longest_s, request
         )
-        if not args.noise:
+        if not request.noise:
             return {"requested": "", "where": "neighbour VMs, left as they were",
                     "states_at_start": self.noise.read()}  # fmt: skip
         parts.on_teardown(self.noise.stop)
         return self.noise.start()
 
     def stop_noise(self) -> None:
-        if self.noise is not None and self.args.noise:
+        if self.noise is not None and self.request.noise:
             self.noise.stop()
 
     def job_placement(self) -> dict:
@@ -770,23 +785,18 @@ class TestbedTarget:
 Target = BareTarget | TestbedTarget
 
 
-def choose(
-    args: argparse.Namespace,
-    run_id: str,
-    work: Path,
-    setting: Setting,
-    cpu_latency: tuning.CpuLatency | None,
-) -> Target:
+def choose(request: RunSpec, run_id: str, work: Path, here: Here | None) -> Target:
     """The run's target, its scheduler checked and its machines found ready, before anything
     starts; RunError (or the scheduler's Refused) otherwise, and nothing is left behind (a
-    testbed's work directory, made to find the testbed, goes)."""
-    require = readiness.parse_require(args.require)
+    testbed's work directory, made to find the testbed, goes). `here`: what this machine
+    gives a bare run (run.check_machine)."""
+    require = readiness.parse_require(request.require)
     try:
-        if args.target == "bare":
-            target: Target = BareTarget(args, run_id, cpu_latency)
+        if request.target == "bare":
+            target: Target = BareTarget(request, run_id, here)
         else:
-            target = TestbedTarget(args, run_id, work)
-        target.check(setting, require)
+            target = TestbedTarget(request, run_id, work)
+        target.check(request.setting, require)
         target.power.check()
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

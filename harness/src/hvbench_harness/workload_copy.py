@@ -28,13 +28,14 @@ READY_LINE = "producers started"  # the copy's log says so once it sends
 COPY_STOP_S = 300.0  # a stopped copy tears down and writes its results (minutes in emulation)
 
 
-def copy_command(python: str, run_id: str, base: str, args, inputs: dict[str, str]) -> list[str]:
-    """The copy's command line: its results and work under `base`, its inputs (data, model,
-    kafka_libs, connector_dir) where that machine has them."""
+def copy_command(python: str, run_id: str, base: str, request, inputs: dict[str, str]) -> list[str]:
+    """The copy's command line, at the rate of the run's request (runspec.py): its results and
+    work under `base`, its inputs (data, model, kafka_libs, connector_dir) where that machine
+    has them."""
     return [
         python, "-m", "hvbench_harness.run", "--run-id", run_id,
         "--results", f"{base}/results", "--work", f"{base}/work",
-        "--records", str(max(args.records * 3, 600)), "--period-ms", str(args.send_ms),
+        "--records", str(max(request.records * 3, 600)), "--period-ms", str(request.send_ms),
         "--warmup-s", "0", "--drain-s", "10", "--cpu-latency", "off",
         # a copy runs beside the run it disturbs (and beside the other copies) by design
         "--concurrent",
@@ -62,15 +63,15 @@ def copy_record(meta: dict | None, seconds: float, log_tail: str) -> dict:
 class WorkloadCopy:
     """A copy on this machine, in a child process, its job on the neighbours' CPUs."""
 
-    def __init__(self, args, cpus: str | None, work: Path, name: str):
+    def __init__(self, request, cpus: str | None, work: Path, name: str):
         self.name, self.cpus = name, cpus
         self.run_id = f"{work.name}-{name}"
         self.base, self.log = work / "neighbours", work / f"{name}.log"
-        inputs = {k: getattr(args, k) for k in ("data", "model", "kafka_libs", "connector_dir")}
+        inputs = {k: getattr(request, k) for k in ("data", "model", "kafka_libs", "connector_dir")}
         self.cmd = [
-            *copy_command(sys.executable, self.run_id, str(self.base), args, inputs),
-            *(["--force"] if args.force else []),
-            *(["--force-tsc"] if args.force_tsc else []),
+            *copy_command(sys.executable, self.run_id, str(self.base), request, inputs),
+            *(["--force"] if request.force else []),
+            *(["--force-tsc"] if request.force_tsc else []),
             *(["--job-cpus", cpus] if cpus else []),
         ]
         self.proc: subprocess.Popen | None = None
@@ -118,7 +119,7 @@ class RemoteWorkloadCopy:
     stopped with SIGTERM, which the run takes as an interruption. Once its meta.json is read
     back, its files leave the VM."""
 
-    def __init__(self, machine, args, install_dir: str, work_dir: str, run_id: str):
+    def __init__(self, machine, request, install_dir: str, work_dir: str, run_id: str):
         self.machine, self.run_id = machine, run_id
         self.base = f"{work_dir}/neighbour-copies"
         self.log = f"{self.base}/{run_id}.log"
@@ -131,7 +132,7 @@ class RemoteWorkloadCopy:
         python = f"{install_dir}/venv/bin/python"
         # a VM's own readiness and TSC are not what the measured run depends on: recorded, forced
         forced = ["--force", "--force-tsc"]
-        self.cmd = [*copy_command(python, run_id, self.base, args, inputs), *forced]
+        self.cmd = [*copy_command(python, run_id, self.base, request, inputs), *forced]
         self.pid = 0
         self.started = 0.0
 
