@@ -285,8 +285,8 @@ $(XEN_DIR)/xen-rtds.gz: roles/xen_host/files/build-xen-hypervisor $(wildcard rol
 
 PROVISION_DEPS_kvm =
 PROVISION_DEPS_xen = $(if $(filter controller,$(XEN_BUILD)),$(XEN_DIR)/xen-rtds.gz)
-provision: provision-settings $(STAMP) controller-tools $(AGENT_WHEEL) $(GUEST_BUNDLE) \
-	$(PROVISION_DEPS_$(TARGET)) ## HOST=host TARGET=kvm|xen (or INVENTORY=): make a bare host a testbed
+PROVISION_NEEDS = provision-settings $(STAMP) controller-tools $(AGENT_WHEEL) $(GUEST_BUNDLE)
+provision: $(PROVISION_NEEDS) $(PROVISION_DEPS_$(TARGET)) ## HOST=host TARGET=kvm|xen (or INVENTORY=): make a bare host a testbed
 	$(HVBENCH) provision $(WHERE) --guest-bundle $(GUEST_BUNDLE)$(if $(PROVISION_DEPS_$(TARGET)), --xen-prebuilt $(XEN_DIR))
 
 # Checked before anything is built or touched.

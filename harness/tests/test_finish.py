@@ -16,9 +16,11 @@ import pytest
 from hvbench_agent import tuning
 from hvbench_analysis import results as results_contract
 from hvbench_harness import accounting, rawfiles, rerun
+from hvbench_harness import finish as finishing
 from hvbench_harness import run as harness
 from hvbench_harness.parts import RunError
-from hvbench_harness.target import BareTarget, Here
+from hvbench_harness.targets.bare import BareTarget
+from hvbench_harness.targets.common import Here
 from hvbench_load.consumer import FIELDS as RECEIVED_FIELDS
 from hvbench_load.probe import probe_record
 
@@ -102,7 +104,7 @@ def finish(bare_run) -> int:
     """run.finish as the run calls it; the test's own signal handlers back afterwards."""
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return harness.finish(*bare_run)
+        return finishing.finish(*bare_run)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -189,7 +191,7 @@ def test_a_failure_in_the_summary_keeps_what_accounting_made(bare_run, monkeypat
     def fail(*_args):
         raise KeyError("p99_ms")
 
-    monkeypatch.setattr(harness, "summary_lines", fail)
+    monkeypatch.setattr(finishing, "summary_lines", fail)
     assert finish(bare_run) == 1
     meta, samples = read(results)
     assert meta["status"]["phase"] == "summarizing" and "KeyError" in meta["status"]["reason"]
@@ -257,7 +259,7 @@ def test_accounting_again_is_refused_clearly_where_it_cannot_be_done(bare_run, t
     _, _, work, results, _ = bare_run
     assert rerun.main(["--account", str(tmp_path / "nothing")]) == 1
     assert "no raw files of" in capsys.readouterr().err
-    rawfiles.save(work, bare_run[4], harness.accounting_how(bare_run[0], bare_run[1]))
+    rawfiles.save(work, bare_run[4], finishing.accounting_how(bare_run[0], bare_run[1]))
     results.mkdir(parents=True)
     assert rerun.main(["--account", str(work), "--results", str(results.parent)]) == 1
     assert "exists already" in capsys.readouterr().err

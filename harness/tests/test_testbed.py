@@ -530,7 +530,7 @@ def test_a_testbed_run_checks_its_networks_data_where_the_producers_read_it(tmp_
     from types import SimpleNamespace
 
     from hvbench_harness.parts import RunError
-    from hvbench_harness.target import TestbedTarget
+    from hvbench_harness.targets.testbed import TestbedTarget
 
     def check(network: str, data: Path) -> None:
         target = SimpleNamespace(

@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from hvbench_harness import target as targets
+from hvbench_harness import targets
 from hvbench_harness.parts import RunError
-from hvbench_harness.run import RECONNECT_S, Stall, stall_limit, wait_for_producers
+from hvbench_harness.watch import RECONNECT_S, Stall, stall_limit, wait_for_producers
 
 
 def figures(got: int, due: int = 360, letters: int = 0) -> dict:

@@ -6,10 +6,10 @@ test-testbed runs the same through SSH on a QEMU host (test_provision_kvm.py).""
 
 import pytest
 from driver import REPO, leftover_processes
-from hvbench_harness.cluster import TestbedCluster
 from hvbench_harness.parts import Parts
 from hvbench_harness.runspec import RunSpec
-from hvbench_harness.target import Paths, job_env
+from hvbench_harness.targets.common import Paths, job_env
+from hvbench_harness.targets.testbed_layouts import TestbedCluster
 from hvbench_harness.testbed import Machine, Testbed
 from hvbench_job import session
 
@@ -44,7 +44,7 @@ def test_the_nodes_and_taskmanagers_start_where_the_layout_puts_them(tmp_path):
         assert cluster.gone() is None and cluster.faults() == []
         flink = cluster.describe()
         # one real-time machine is a TaskManager's each; the first holds the JobManager
-        _, second = cluster.taskmanagers[1]
+        _, second = cluster.taskmanager_procs[1]
         second.kill()
         second.wait()
         gone = cluster.gone()
@@ -60,7 +60,7 @@ def test_the_nodes_and_taskmanagers_start_where_the_layout_puts_them(tmp_path):
     assert flink["parallelism"] == 2 and flink["registered_s"] is not None
     assert gone is not None and gone.startswith("Flink TaskManager 2 in realtime 2")
     # the submit command as session's own command line reads it
-    submit = cluster.job_command(["env"], ["--bootstrap", kafka["bootstrap"]])
+    submit = cluster.submit_command(["env"], ["--bootstrap", kafka["bootstrap"]])
     args, job_args = session.parse_args(submit[submit.index("hvbench_job.session") + 1 :])
     assert args.role == "submit" and args.taskmanagers == 2
     assert job_args == ["--bootstrap", kafka["bootstrap"], "--parallelism", "2"]

@@ -41,10 +41,11 @@ from pathlib import Path
 
 import yaml
 from hvbench_agent.names import BadName, check_name
+from hvbench_agent.sched import Refused
 from hvbench_analysis import results as results_contract
 
-from hvbench_harness import run as harness
 from hvbench_harness import spec
+from hvbench_harness.parts import RunError
 from hvbench_harness.runlocks import hold, registered_machines
 from hvbench_harness.runspec import RunSpec
 from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target
@@ -394,7 +395,7 @@ def check_points(campaign: Campaign) -> list[str]:
             continue
         try:
             RunSpec.parse({**point.settings, "target": campaign.target}, need_inventory=False)
-        except (harness.RunError, harness.Refused, ValueError) as e:
+        except (RunError, Refused, ValueError) as e:
             errors.append(f"{point.id}: {e}")
     return errors
 
@@ -943,7 +944,7 @@ def main(argv: list[str] | None = None) -> int:
             print(load(args.file).target)
             return 0
         return run_campaign(load(args.file), args)
-    except (CampaignError, TestbedError, harness.RunError) as e:
+    except (CampaignError, TestbedError, RunError) as e:
         print(f"make campaign: {e}", file=sys.stderr)
         return 1
 

@@ -33,6 +33,7 @@ from hvbench_analysis import results as results_contract
 
 from hvbench_harness import rawfiles, spec
 from hvbench_harness import run as harness
+from hvbench_harness.finish import exit_code, run_logs, summary_lines
 
 INPUTS = {
     "inventory": "--inventory",
@@ -204,8 +205,8 @@ def account_again(source: Path, results: Path | None) -> int:
     if came_from is not None and (came_from / results_contract.LOGS).is_dir():
         logs = sorted((came_from / results_contract.LOGS).iterdir())
     else:
-        logs = harness.run_logs(source, saved["how"]["pairs"])
-    summary = harness.summary_lines(target, accounted.counts, accounted.meta)
+        logs = run_logs(source, saved["how"]["pairs"])
+    summary = summary_lines(target, accounted.counts, accounted.meta)
     try:
         rawfiles.write(target, accounted.meta, accounted.samples, source, logs, keep_raw=True)
     except OSError as e:
@@ -216,7 +217,7 @@ def account_again(source: Path, results: Path | None) -> int:
     if came_from is None:
         shutil.rmtree(source)  # a work folder: its raw files are in the results' raw/ now
     print(f"make account: {run_id} accounted again from {source}/" + "\n".join(summary))
-    return harness.exit_code(accounted.meta, accounted.counts)
+    return exit_code(accounted.meta, accounted.counts)
 
 
 def replaced_status(folder: Path | None) -> dict | None:

@@ -265,7 +265,7 @@ def first_due_at(at_ns: int, period_ns: int, ramp_ns: int) -> int:
 
 
 def sizes(asked) -> dict:
-    """SCALE: one or cluster (hvbench_harness.cluster). BROKERS defaults to 3; TASKMANAGERS
+    """SCALE: one or cluster (targets/*_layouts.py). BROKERS defaults to 3; TASKMANAGERS
     to 2 here, on a testbed to one per real-time VM (TestbedTarget.scale_out)."""
     if asked.scale not in SCALES:
         raise RunError(

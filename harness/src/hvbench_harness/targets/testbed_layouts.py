@@ -1,17 +1,7 @@
-"""SCALE=cluster on the bare target: the same run on a Kafka cluster and a Flink session
-cluster, as processes on this machine.
-
-- Kafka: BROKERS KRaft nodes (3 by default; each broker and controller), every topic on up to
-  three of them, a write with acks=all (the producers' setting) acknowledged once up to two
-  have it.
-- Flink: a JobManager and TASKMANAGERS TaskManagers (2 by default, one slot each), every one its
-  own JVM; the job runs at that parallelism, one task per TaskManager.
-- Keyed by detector: the input topic has one partition per detector and each producer writes
-  to its own, so each detector's records stay in order on one task, and Flink's source spreads
-  the partitions over the tasks (no keyBy: that would add a network hand-off, see
-  hvbench_job.job.ForecastAndRoute).
-
-Every stamp is still taken on this machine's TSC: one clock for every latency.
+"""A testbed target's two layouts (SCALE): Kafka in the messaging VM and the job in the
+real-time VM, or a Kafka cluster over the messaging VMs and a Flink session cluster over the
+real-time VMs. Every part runs over SSH, tethered (testbed.Machine.start). The target is
+composed with one of them and asks it where each part runs; it holds no branch on the scale.
 """
 
 from __future__ import annotations
@@ -19,123 +9,120 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from pathlib import Path
 
 from hvbench_job import clients
-from hvbench_job.session import FlinkSession
-from hvbench_load.broker import KafkaCluster, free_port, new_cluster_id
+from hvbench_load.broker import HUNG, new_cluster_id
 
 from hvbench_harness import spec
 from hvbench_harness.parts import Parts, RunError, ask_to_stop, line_queue, log, next_line, tail
-from hvbench_harness.testbed import Machine
+from hvbench_harness.runspec import RunSpec
+from hvbench_harness.targets.common import (
+    INPUT_PARTITIONS,
+    MIN_INSYNC,
+    READY_TIMEOUT_S,
+    REPLICATION,
+    Paths,
+    output,
+    topic_names,
+)
+from hvbench_harness.testbed import Machine, Testbed
 
-REPLICATION, MIN_INSYNC = 3, 2  # at most: fewer nodes hold fewer copies
-INPUT_PARTITIONS = spec.PRODUCERS  # one per detector
-READY_TIMEOUT_S = 180.0
+
+def testbed_layout(request: RunSpec, testbed: Testbed, paths: Paths) -> TestbedOne | TestbedCluster:
+    """SCALE=cluster: one TaskManager per real-time VM unless TASKMANAGERS says."""
+    if request.scale != "cluster":
+        return TestbedOne(request, testbed, paths)
+    taskmanagers = request.taskmanagers or min(len(testbed.realtime_vms), spec.PRODUCERS)
+    return TestbedCluster(request, testbed, paths, taskmanagers)
 
 
-class LocalCluster:
-    """The cluster's parts for one run, in its work directory."""
+class TestbedOne:
+    """SCALE=one: Kafka in the messaging VM, listening on the guests' private network only;
+    the job in the real-time VM. The broker reports its restarts as it goes (one JSON line
+    each)."""
 
-    def __init__(self, request, work: Path):
-        """request: the run's (runspec.py): its sizes, clients and where the jars are."""
-        self.request, self.work = request, work
-        self.kafka: KafkaCluster | None = None
-        self.taskmanager_count = request.taskmanagers
-        self.session = FlinkSession(
-            work / "flink-cluster",
-            request.connector_dir,
-            taskmanagers=request.taskmanagers,
-            rest_port=free_port(),
-            rpc_port=free_port(),
-            log_dir=work / "flink-log",  # kept with the run's logs, as the job's are
+    __test__ = False  # not a test class, despite its name
+    taskmanagers = None
+
+    def __init__(self, request: RunSpec, testbed: Testbed, paths: Paths):
+        self.request, self.testbed, self.paths = request, testbed, paths
+        self.broker: subprocess.Popen | None = None
+        self.lines = None
+        self.broker_faults: list[dict] = []
+        self.restarting = False  # the broker said it is being restarted ({"restarting": true})
+        self.err = None  # the broker's stderr, here
+
+    def start_kafka(self, parts: Parts) -> dict:
+        messaging = self.testbed.messaging
+        command = messaging.module(
+            "hvbench_load.broker",
+            *("--libs", self.paths.kafka_libs, "--work", f"{self.paths.work}/kafka"),
+            *("--host", self.testbed.messaging_address),
+            *("--topics", ",".join(topic_names(self.request.clients))),
+            *("--restarts", str(self.request.broker_restarts)),
         )
-        self.taskmanagers: list[subprocess.Popen] = []
-        self.jobmanager: subprocess.Popen | None = None
-        self.registered_s: float | None = None
-
-    def start_kafka(self, parts: Parts) -> KafkaCluster:
-        nodes = self.request.brokers
-        self.kafka = kafka = KafkaCluster(
-            self.request.kafka_libs,
-            self.work / "kafka",
-            nodes,
-            min(REPLICATION, nodes),
-            min(MIN_INSYNC, nodes),
+        self.err = parts.work / "broker.err"
+        broker = parts.start(
+            "Kafka",
+            messaging,
+            command,
+            stdout=subprocess.PIPE,
+            stderr=open(self.err, "wb"),  # noqa: SIM115 — the child's
         )
-        parts.on_teardown(lambda: parts.record("Kafka cluster", kafka.stop()))
-        kafka.start()
-        kafka.create_topics(["input"], INPUT_PARTITIONS)
-        kafka.create_topics([*clients.output_topics(self.request.clients), "dead-letter"])
-        kafka.keep(self.request.broker_restarts)
-        return kafka
+        self.lines = line_queue(broker.stdout)
+        first = next_line(self.lines, 420)  # the broker waits up to 300 s
+        if not first or not first.startswith("{"):
+            raise RunError(f"Kafka did not start in {messaging.name}:\n" + tail(self.err))
+        self.broker = broker
+        return json.loads(first)
 
-    def start_flink(self, parts: Parts, machine: Machine, prefix: list[str]) -> None:
-        """The JobManager and the TaskManagers (under `prefix`: JOB_CPUS), until every
-        TaskManager has registered."""
-        session = self.session
-        session.prepare()
-        logs = session.log_dir
-        self.jobmanager = parts.start(
-            "Flink JobManager",
-            machine,
-            session.jobmanager_command(),
-            **output(logs / "jobmanager-out.log"),
-        )
-        for i in range(self.taskmanager_count):
-            self.taskmanagers.append(
-                parts.start(
-                    f"Flink TaskManager {i + 1}",
-                    machine,
-                    [*prefix, *session.taskmanager_command()],
-                    **output(logs / f"taskmanager-{i + 1}-out.log"),
-                )
-            )
-        self.registered_s = session.wait_ready(READY_TIMEOUT_S, self.gone)
-        log(
-            f"Flink session cluster up: {self.taskmanager_count} TaskManagers in "
-            f"{self.registered_s:.1f} s"
-        )
+    def job_command(self, _parts: Parts, env: list[str], job_args: list[str]) -> list[str]:
+        """The job in the real-time VM (whose vCPUs its inventory pins)."""
+        return [*env, *self.testbed.realtime.module("hvbench_job.job", *job_args)]
 
-    def job_command(self, job_args: list[str]) -> list[str]:
-        parallelism = str(self.taskmanager_count)
-        return self.session.submit_command([*job_args, "--parallelism", parallelism])
+    def job_machines(self) -> set[str]:
+        return {self.testbed.realtime.ssh}
 
-    def taskmanager_pids(self) -> list[int]:
-        """start-foreground ends in exec: each started process is the TaskManager's JVM."""
-        return [tm.pid for tm in self.taskmanagers]
+    def used_vms(self) -> tuple[int, int]:
+        return 1, 1
+
+    def machines(self) -> set[Machine]:
+        return set()
+
+    def job_placement(self) -> dict:
+        return {}
 
     def gone(self) -> str | None:
-        """Why the Flink cluster cannot serve (one of its JVMs exited), else None."""
-        procs = [("JobManager", self.jobmanager)]
-        procs += [(f"TaskManager {i + 1}", tm) for i, tm in enumerate(self.taskmanagers)]
-        for name, proc in procs:
-            if proc is not None and proc.poll() is not None:
-                return f"the Flink {name} exited with {proc.returncode}; see {self.session.log_dir}"
-        return None
+        """Why Kafka cannot serve: it (or its SSH session) ended; its restart lines read."""
+        if self.broker is None:
+            return None
+        while (line := next_line(self.lines, 0)) is not None:
+            if line.startswith('{"restarting"'):
+                self.restarting = True
+            elif line.startswith('{"fault"'):
+                self.broker_faults.append(json.loads(line)["fault"])
+                self.restarting = False
+        if self.broker.poll() is None:
+            return None
+        err = tail(self.err)
+        ended = (
+            f"Kafka in {self.testbed.messaging.name} (or its SSH session) ended with "
+            f"{self.broker.returncode}:\n{err}"
+        )
+        hung = [line.removeprefix("broker: ") for line in err.splitlines() if HUNG in line]
+        return f"{hung[-1]}\n{ended}" if hung else ended
 
-    def describe(self) -> dict:
-        """meta.json `flink_cluster`."""
-        return {
-            **self.session.describe(),
-            "taskmanager_pids": self.taskmanager_pids(),
-            "registered_s": None if self.registered_s is None else round(self.registered_s, 1),
-            "parallelism": self.taskmanager_count,
-            "input_partitions": INPUT_PARTITIONS,
-            "keyed_by": "detector: producer i writes to input partition i",
-        }
+    def broker_restarting(self) -> bool:
+        return self.restarting
+
+    def faults(self) -> list[dict]:
+        return list(self.broker_faults)
 
 
 def free_ports_on(machine: Machine, address: str, count: int) -> list[int]:
     """`count` ports free on a machine's address (asked there: hvbench_load.broker)."""
     command = machine.module("hvbench_load.broker", "--host", address, "--free-ports", count)
     return json.loads(machine.run(command).stdout)
-
-
-def output(path: Path) -> dict:
-    """A part's stdout and stderr to a file (the child writes to it until it ends)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return {"stdout": open(path, "wb"), "stderr": subprocess.STDOUT}
 
 
 class TestbedCluster:
@@ -148,18 +135,32 @@ class TestbedCluster:
 
     __test__ = False  # not a test class, despite its name
 
-    def __init__(self, request, testbed, paths, taskmanagers: int):
+    def __init__(self, request: RunSpec, testbed: Testbed, paths: Paths, taskmanagers: int):
         """request: the run's (runspec.py); taskmanagers: how many, over the real-time VMs."""
         self.request, self.testbed, self.paths = request, testbed, paths
-        self.taskmanager_count = taskmanagers
+        self.taskmanagers = taskmanagers
         self.nodes: list[dict] = []  # node id, machine, address, ports, process, lines
-        self.taskmanagers: list[tuple[Machine, subprocess.Popen]] = []
+        self.taskmanager_procs: list[tuple[Machine, subprocess.Popen]] = []
         self.jobmanager: subprocess.Popen | None = None
         self.registered_s: float | None = None
         self.flink_ports: tuple[int, int] = (0, 0)  # REST, RPC
 
+    def job_machines(self) -> set[str]:
+        """The SSH destinations whose clocks stamp the job's records: the TaskManagers'."""
+        return {vm.ssh for vm in self.testbed.realtime_vms[: self.taskmanagers]}
+
+    def used_vms(self) -> tuple[int, int]:
+        """How many of the messaging and real-time VMs run a part (before the client pairs)."""
+        return self.request.brokers, self.taskmanagers
+
+    def broker_restarting(self) -> bool:
+        return False  # a node's restart is reported as a fault once done
+
+    def job_placement(self) -> dict:
+        return {"flink_cluster": self.describe()}
+
     def machines(self) -> set[Machine]:
-        used = {node["machine"] for node in self.nodes} | {m for m, _ in self.taskmanagers}
+        used = {node["machine"] for node in self.nodes} | {m for m, _ in self.taskmanager_procs}
         return used | {self.testbed.realtime}
 
     def placement(self, vms: tuple, count: int) -> list[int]:
@@ -247,7 +248,7 @@ class TestbedCluster:
             "--connectors", self.paths.connector_dir, "--log-dir", f"{self.paths.work}/flink-log",
             "--host", self.testbed.realtime_addresses[vm],
             "--jobmanager", self.testbed.realtime_address, "--rest-port", rest, "--rpc-port", rpc,
-            "--taskmanagers", self.taskmanager_count,
+            "--taskmanagers", self.taskmanagers,
         )  # fmt: skip
 
     def start_flink(self, parts: Parts, env: list[str]) -> None:
@@ -260,14 +261,14 @@ class TestbedCluster:
             "Flink JobManager", first, self.session_args("jobmanager", 0, "jobmanager"),
             **output(logs / "jobmanager-out.log"),
         )  # fmt: skip
-        for i, vm in enumerate(self.placement(tb.realtime_vms, self.taskmanager_count), start=1):
+        for i, vm in enumerate(self.placement(tb.realtime_vms, self.taskmanagers), start=1):
             machine = tb.realtime_vms[vm]
             command = [*env, *self.session_args("taskmanager", vm, f"taskmanager-{i}")]
             proc = parts.start(
                 f"Flink TaskManager {i}", machine, command,
                 **output(logs / f"taskmanager-{i}-out.log"),
             )  # fmt: skip
-            self.taskmanagers.append((machine, proc))
+            self.taskmanager_procs.append((machine, proc))
         wait = first.run(
             [*self.session_args("wait", 0, "client"), "--timeout", READY_TIMEOUT_S * 5],
             check=False, timeout=READY_TIMEOUT_S * 5 + 60,
@@ -276,13 +277,19 @@ class TestbedCluster:
             raise RunError(f"the Flink session cluster did not come up: {wait.stderr.strip()}")
         self.registered_s = float(wait.stdout.strip())
         log(
-            f"Flink session cluster up: {self.taskmanager_count} TaskManagers in "
+            f"Flink session cluster up: {self.taskmanagers} TaskManagers in "
             f"{self.registered_s:.1f} s"
         )
 
-    def job_command(self, env: list[str], job_args: list[str]) -> list[str]:
+    def job_command(self, parts: Parts, env: list[str], job_args: list[str]) -> list[str]:
+        """The session cluster, started, and `flink run` from the first real-time VM at its
+        parallelism."""
+        self.start_flink(parts, env)
+        return self.submit_command(env, job_args)
+
+    def submit_command(self, env: list[str], job_args: list[str]) -> list[str]:
         """`flink run` from the first real-time VM, at the cluster's parallelism."""
-        parallelism = ["--parallelism", str(self.taskmanager_count)]
+        parallelism = ["--parallelism", str(self.taskmanagers)]
         return [*env, *self.session_args("submit", 0, "client"), "--", *job_args, *parallelism]
 
     def gone(self) -> str | None:
@@ -290,7 +297,7 @@ class TestbedCluster:
         procs = [(f"Kafka node {n['id']}", n["machine"], n["process"]) for n in self.nodes]
         procs += [("Flink JobManager", self.testbed.realtime, self.jobmanager)]
         procs += [
-            (f"Flink TaskManager {i + 1}", m, p) for i, (m, p) in enumerate(self.taskmanagers)
+            (f"Flink TaskManager {i + 1}", m, p) for i, (m, p) in enumerate(self.taskmanager_procs)
         ]
         for name, machine, proc in procs:
             if proc is not None and proc.poll() is not None:
@@ -313,9 +320,9 @@ class TestbedCluster:
         return {
             "jobmanager": f"{self.testbed.realtime_address}:{rest}",
             "rpc_port": rpc,
-            "taskmanagers": [m.name for m, _ in self.taskmanagers],
+            "taskmanagers": [m.name for m, _ in self.taskmanager_procs],
             "registered_s": None if self.registered_s is None else round(self.registered_s, 1),
-            "parallelism": self.taskmanager_count,
+            "parallelism": self.taskmanagers,
             "input_partitions": INPUT_PARTITIONS,
             "keyed_by": "detector: producer i writes to input partition i",
         }
