@@ -24,6 +24,14 @@ $(error $(UNKNOWN_VARS))
 endif
 endif
 
+# Every variable make knows (its own and the run request's) comes from the command line only:
+# one left in the environment (`HOST=x make teardown`) would act unseen.
+FROM_ENV := $(strip $(foreach v,$(shell $(PYTHON) harness/src/hvbench_harness/spec.py make-names \
+	$(firstword $(MAKEFILE_LIST))),$(if $(filter environment%,$(origin $(v))),$(v))))
+ifneq ($(FROM_ENV),)
+$(error $(FROM_ENV) set in the environment: give it on make's command line (NAME=value), or unset it)
+endif
+
 # Where runs write results/<run-id>/ and make report reads them.
 RESULTS   ?= results
 
@@ -56,12 +64,6 @@ INVENTORY ?= inventory/sample
 # default, so the budget is a limit; or WEIGHT/CAP, with the pool's TSLICE_US (credit) and
 # RATELIMIT_US (credit, credit2)). The readback goes to build/sched.json.
 ACTION    ?= apply
-PRIORITY  ?=
-EXTRATIME ?=
-WEIGHT    ?=
-CAP       ?=
-TSLICE_US ?=
-RATELIMIT_US ?=
 
 KAFKA_LIBS := build/kafka/libs
 FLINK_LIB  := build/flink/lib
@@ -298,18 +300,16 @@ teardown: $(STAMP) ## remove the guests (HOST= TARGET= or INVENTORY=)
 	$(HVBENCH) teardown $(WHERE)
 
 # make sched: the real-time VM's scheduler setting on a testbed's host, through its agent
-# (playbooks/sched.yml). The setting is checked here first, so that a bad one never reaches a
-# host; read and reset take none. The hypervisor comes from TARGET or the inventory.
+# (playbooks/sched.yml). Its NAME=value words go to `hvbench sched` as they are (SCHED, BUDGET,
+# PERIOD, ...: make help's names), which checks the setting first, so that a bad one never
+# reaches a host; read and reset take none. The hypervisor comes from TARGET or the inventory.
 # vcpu-sched (KVM) and xen-sched (Xen) are the same with TARGET given.
-SCHED_ARGS = --sched $(or $(SCHED),none)$(if $(BUDGET), --budget $(BUDGET))$(if $(PERIOD), --period $(PERIOD))$(if \
-	$(PRIORITY), --priority $(PRIORITY))$(if $(EXTRATIME), --extratime $(EXTRATIME))$(if \
-	$(WEIGHT), --weight $(WEIGHT))$(if $(CAP), --cap $(CAP))$(if $(TSLICE_US), --tslice-us \
-	$(TSLICE_US))$(if $(RATELIMIT_US), --ratelimit-us $(RATELIMIT_US))
 vcpu-sched: TARGET = kvm
 xen-sched: TARGET = xen
 vcpu-sched xen-sched: sched ## make sched on a KVM or a Xen host
 sched: $(STAMP) ## the real-time VM's scheduler setting on a testbed host: SCHED= ... ACTION=check|apply|read|reset
-	$(HVBENCH) sched $(ACTION) $(WHERE) $(SCHED_ARGS) --readback build/sched.json
+	$(HVBENCH) sched $(ACTION) $(filter-out ACTION=% HOST=% INVENTORY=% TARGET=%,$(MAKEOVERRIDES)) \
+		$(WHERE) --readback build/sched.json
 
 REPORT_RESULTS = $(if $(CAMPAIGN),$(RESULTS)/$(CAMPAIGN_NAME),$(RESULTS))
 REPORT_OUT     = $(if $(CAMPAIGN),$(OUT)/$(CAMPAIGN_NAME),$(OUT))

@@ -2,6 +2,7 @@
 all go through it, and a name it does not have is refused with the closest one."""
 
 import dataclasses
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -151,3 +152,17 @@ def test_a_xen_pool_knob_out_of_xens_range_is_refused_before_any_host(capsys):
     assert run.main(["TARGET=xen", "SCHED=rtds", "BUDGET=77500", "RATELIMIT_US=0",
                      "--validate-only"]) == 1  # fmt: skip
     assert "SCHED=rtds has no RATELIMIT_US=0" in capsys.readouterr().err
+
+
+def test_make_refuses_its_variables_from_the_environment():
+    """`HOST=x make teardown` would act on a host the command line does not show."""
+    env = {**os.environ, "HOST": "x", "RECORDS": "5"}
+    proc = subprocess.run(
+        ["make", "-s", "teardown"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert "HOST RECORDS set in the environment: give it on make's command line" in proc.stderr
+    given = subprocess.run(
+        ["make", "-s", "help", "RECORDS=5"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert given.returncode == 0 and "make provision" in given.stdout

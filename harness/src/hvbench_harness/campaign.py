@@ -61,11 +61,7 @@ KNOBS = ("budget", "cap", "weight")
 # names once, and rate (records/s over the network's detectors) instead of send_ms.
 SETTING_KEYS = set(spec.CAMPAIGN_KEYS)
 # Short names for point ids: p03-rtds-b77500-e0
-SHORT = {"budget": "b", "period": "p", "extratime": "e", "weight": "w", "cap": "c"}
-SHORT |= {"priority": "prio", "tslice_us": "ts", "ratelimit_us": "rl"}
-SHORT |= {"records": "n", "send_ms": "ms", "rate": "r", "warmup": "wu"}
-SHORT |= {"noise": "", "noise_cpus": "on-", "job_cpus": "job"}
-SHORT |= {"governor": "", "max_cstate": "cmax", "turbo": "turbo-"}
+SHORT = spec.SHORT | {"rate": "r"}  # a campaign may give the rate instead of SEND_MS
 # Seconds a run takes besides sending (start Kafka and the job, drain, tear down), until the
 # campaign has measured its own.
 OVERHEAD_S = {"bare": 60.0, "kvm": 120.0, "xen": 120.0}

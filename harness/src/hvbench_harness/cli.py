@@ -6,7 +6,7 @@ target of the same name runs the verb after building what it needs (make help).
     hvbench rerun --run RUN_ID                 repeat a run and compare the two
     hvbench rerun --account results/RUN_ID     account a run again from its raw files
     hvbench check [--host H --target T | --inventory DIR] [--enforce]
-    hvbench sched apply --sched cfs --budget 30000 [--host H | --inventory DIR]
+    hvbench sched apply SCHED=cfs BUDGET=30000 [--host H | --inventory DIR]
     hvbench report --results results --out report
     hvbench model fit --results results/explain-deadline-bare
     hvbench advise --fit results/explain-deadline-bare/model --sched deadline --slo 'p99<=20'
@@ -24,10 +24,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, validate
+from hvbench_agent.sched import BACKEND_OF_TARGET, PARAM_NAMES, Refused, validate
 
 from hvbench_harness import inventory
-from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target
+from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target, setting_options
 
 REPO = Path(__file__).resolve().parents[3]
 # Verbs that are a module's own command line: (module, what it does).
@@ -46,8 +46,8 @@ PLAYBOOK_VERBS = {
     "teardown": "remove a testbed's guests (Ansible)",
 }
 SCHED_ACTIONS = ("check", "apply", "read", "reset")
-# make sched's scheduler parameters besides BUDGET and PERIOD
-SCHED_PARAMS = ("priority", "extratime", "weight", "cap", "tslice_us", "ratelimit_us")
+# make sched's words: SCHED and its parameters, named as make run names them (the agent's table)
+SCHED_WORDS = {"SCHED": "sched", **{make: field for field, make in PARAM_NAMES.items()}}
 
 
 class CliError(RuntimeError):
@@ -69,9 +69,12 @@ def playbook_parser(verb: str) -> argparse.ArgumentParser:
         p.add_argument("--require", help="checks to require beyond the defaults")
     if verb == "sched":
         p.add_argument("action", choices=SCHED_ACTIONS)
-        p.add_argument("--sched", default="none")
-        for name in ("budget", "period", *SCHED_PARAMS):
-            p.add_argument(f"--{name.replace('_', '-')}", type=int)
+        p.add_argument(
+            "setting",
+            nargs="*",
+            metavar="NAME=value",
+            help=f"the setting, as make run takes it: {', '.join(SCHED_WORDS)}",
+        )
         p.add_argument("--readback", default="build/sched.json", help="where the readback goes")
     if verb == "provision":
         p.add_argument("--guest-bundle", required=True, help="make guest-bundle's file")
@@ -100,21 +103,42 @@ def check(args: argparse.Namespace) -> int:
 
 def sched(args: argparse.Namespace) -> int:
     """Checked here first, so that a bad setting never reaches a host; read and reset take
-    none. The readback goes to --readback."""
+    none. The playbook gets the checked setting as the agent's options, one JSON value; the
+    readback goes to --readback."""
     hosts = inventory.hosts_file(args.inventory, args.host, args.target)
     target = args.target or inventory_target(hosts)
     if target == "bare":
         raise CliError(f"no testbed host in {hosts} (HOST= or INVENTORY=)")
-    params = {k: getattr(args, k) for k in SCHED_PARAMS}
+    given = sched_setting(args.setting)
+    options: list[str] = []
     if args.action in ("check", "apply"):
-        backend = BACKEND_OF_TARGET[target]
-        validate(backend, args.sched, budget_us=args.budget, period_us=args.period, **params)
-    extra = {"sched_action": args.action, "sched_name": args.sched}
-    for name in ("budget", "period", *params):
-        value = getattr(args, name)
-        extra[f"sched_{name}"] = "" if value is None else str(value)
+        sched_name = given.pop("sched", "none")
+        options = setting_options(validate(BACKEND_OF_TARGET[target], sched_name, **given))
+    elif given:
+        raise CliError(f"ACTION={args.action} takes no setting, not {', '.join(args.setting)}")
+    extra = {"sched_action": args.action, "sched_options": options}
     extra["sched_readback_file"] = str(Path(args.readback).resolve())
     return ansible_playbook(hosts, "sched.yml", "-e", json.dumps(extra))
+
+
+def sched_setting(words: list[str]) -> dict:
+    """NAME=value words (SCHED_WORDS) as validate's arguments; CliError for another name."""
+    given: dict = {}
+    for word in words:
+        name, sep, value = word.partition("=")
+        if not sep or name not in SCHED_WORDS:
+            valid = ", ".join(SCHED_WORDS)
+            raise CliError(f"make sched takes {valid} as NAME=value, not {word!r}")
+        if value != "":  # NAME= is unset, as in Make
+            given[SCHED_WORDS[name]] = value
+    for field, value in given.items():
+        if field != "sched":
+            try:
+                given[field] = int(value)
+            except ValueError:
+                message = f"{PARAM_NAMES[field]} must be a whole number, not {value!r}"
+                raise CliError(message) from None
+    return given
 
 
 def provision(args: argparse.Namespace) -> int:
@@ -153,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hvbench: unknown verb {verb!r}\n{usage()}", file=sys.stderr)
         return 2
     try:
-        return ACTIONS[verb](playbook_parser(verb).parse_args(rest))
+        return ACTIONS[verb](playbook_parser(verb).parse_intermixed_args(rest))
     except (CliError, Refused, TestbedError, inventory.InventoryError) as e:
         print(f"hvbench {verb}: {e}", file=sys.stderr)
         return 1

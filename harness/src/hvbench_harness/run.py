@@ -272,8 +272,7 @@ def measure(
 
 def default_run_id(target: str, setting: Setting) -> str:
     """e.g. 20261122T101500Z-xen-rtds-b77500-p100000-e0, ...-xen-credit-w256-c153"""
-    short = {"budget_us": "b", "period_us": "p", "extratime": "e", "weight": "w", "cap": "c"}
-    short |= {"priority": "prio", "tslice_us": "ts", "ratelimit_us": "rl"}
+    short = spec.SHORT_REQUESTED
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{target}-{setting.sched}" + "".join(
         f"-{short[k]}{v}" for k, v in asdict(setting).items() if k in short and v is not None
     )

@@ -9,6 +9,7 @@ Standard library only: the Makefile runs this file with python3 to check the var
 command line, before the venv exists.
 
     python3 harness/src/hvbench_harness/spec.py check-make Makefile RECORD SCHED
+    python3 harness/src/hvbench_harness/spec.py make-names Makefile
     python3 harness/src/hvbench_harness/spec.py help
 """
 
@@ -39,6 +40,7 @@ class Field:
     help: str
     requested: str | None = None  # its key in meta.json "requested" (None: an input, not recorded)
     make_name: str | None = None  # the Make variable, when it is not NAME in upper case
+    short: str | None = None  # its code in run ids and campaign point ids (None: its name)
 
     @property
     def make(self) -> str:
@@ -50,18 +52,22 @@ FIELDS = (
     Field("target", str, None, "--target", "bare, kvm or xen; unset: what the inventory implies",
           "target"),
     Field("sched", str, "none", "--sched", "the scheduler (docs/schedulers.md)", "sched"),
-    Field("budget", int, None, "--budget", "µs of CPU time per PERIOD", "budget_us"),
-    Field("period", int, None, "--period", "µs; 100000 where it applies", "period_us"),
-    Field("priority", int, None, "--priority", "SCHED=fifo (kvm): 1..99", "priority"),
-    Field("extratime", int, None, "--extratime", "SCHED=rtds (xen): 0 (default) or 1", "extratime"),
-    Field("weight", int, None, "--weight", "SCHED=credit|credit2 (xen): 1..65535, 256", "weight"),
-    Field("cap", int, None, "--cap", "SCHED=credit|credit2 (xen): % of one CPU, 0 = none", "cap"),
+    Field("budget", int, None, "--budget", "µs of CPU time per PERIOD", "budget_us", short="b"),
+    Field("period", int, None, "--period", "µs; 100000 where it applies", "period_us", short="p"),
+    Field("priority", int, None, "--priority", "SCHED=fifo (kvm): 1..99", "priority", short="prio"),
+    Field("extratime", int, None, "--extratime", "SCHED=rtds (xen): 0 (default) or 1", "extratime",
+          short="e"),
+    Field("weight", int, None, "--weight", "SCHED=credit|credit2 (xen): 1..65535, 256", "weight",
+          short="w"),
+    Field("cap", int, None, "--cap", "SCHED=credit|credit2 (xen): % of one CPU, 0 = none", "cap",
+          short="c"),
     Field("tslice_us", int, None, "--tslice-us",
           "SCHED=credit (xen): the real-time pool's time slice, whole ms in µs (1000..1000000); "
-          "unset: the boot value (Xen's default 30000)", "tslice_us"),
+          "unset: the boot value (Xen's default 30000)", "tslice_us", short="ts"),
     Field("ratelimit_us", int, None, "--ratelimit-us",
           "SCHED=credit|credit2 (xen): the real-time pool's rate limit, 0 (off) or "
-          "100..500000 µs; unset: the boot value (xen_host_sched_ratelimit_us)", "ratelimit_us"),
+          "100..500000 µs; unset: the boot value (xen_host_sched_ratelimit_us)", "ratelimit_us",
+          short="rl"),
     Field("network", str, "freeway", "--network",
           "the road network: freeway (the study's six detectors) or bay (the 325 PEMS-BAY "
           "sensors, each record routed to a destination of its own; bare; docs/cluster.md)",
@@ -75,10 +81,12 @@ FIELDS = (
           "client pairs the producer groups are dealt to, each a producers process and its own "
           "consumer on one machine (a testbed's messaging VMs in turn): 1 up to PRODUCERS",
           "clients"),
-    Field("records", int, 20_000, "--records", "records in all, over the detectors", "records"),
+    Field("records", int, 20_000, "--records", "records in all, over the detectors", "records",
+          short="n"),
     Field("send_ms", float, 100.0, "--period-ms", "each detector's send period (ms)",
-          "producer_period_ms"),
-    Field("warmup", float, 10.0, "--warmup-s", "seconds left out of the statistics", "warmup_s"),
+          "producer_period_ms", short="ms"),
+    Field("warmup", float, 10.0, "--warmup-s", "seconds left out of the statistics", "warmup_s",
+          short="wu"),
     Field("ramp", float, 0.0, "--ramp-s", "seconds to rise to the full rate, within WARMUP",
           "ramp_s"),
     Field("malformed", int, 0, "--malformed", "malformed records to inject (dead-lettered)",
@@ -114,10 +122,10 @@ FIELDS = (
           "baseline_s"),
     Field("noise", str, None, "--noise",
           "neighbours and what they do, COUNT:STATE,...: e.g. 3:idle, 3:paused, 2:cpu,1:membw "
-          "(docs/interference.md)", "noise"),
+          "(docs/interference.md)", "noise", short=""),
     Field("noise_cpus", str, "job", "--noise-cpus",
           "bare: where the loads run: job (the job's CPUs), apart (the others) or a CPU list",
-          "noise_cpus"),
+          "noise_cpus", short="on-"),
     Field("scale", str, "one", "--scale",
           "one (a broker, a Flink JVM) or cluster (BROKERS brokers, replication up to 3, "
           "min in-sync up to 2; a Flink session cluster of TASKMANAGERS TaskManagers, the job at "
@@ -130,14 +138,15 @@ FIELDS = (
           "taskmanagers"),
     Field("governor", str, None, "--governor",
           "the host's CPU frequency governor for the run: performance, schedutil, powersave, "
-          "...; unset: as it is (docs/energy.md)", "governor"),
+          "...; unset: as it is (docs/energy.md)", "governor", short=""),
     Field("max_cstate", int, None, "--max-cstate",
           "the deepest idle state the host's CPUs may enter for the run (Linux: cpuidle state "
-          "number; Xen: C-state); unset: as it is", "max_cstate"),
+          "number; Xen: C-state); unset: as it is", "max_cstate", short="cmax"),
     Field("turbo", str, None, "--turbo", "turbo on or off on the host for the run; unset: as it is",
-          "turbo"),
+          "turbo", short="turbo-"),
     Field("job_cpus", str, None, "--job-cpus",
-          "bare: the CPUs the job may use, a list such as 1 or 2-3; unset: all", "job_cpus"),
+          "bare: the CPUs the job may use, a list such as 1 or 2-3; unset: all", "job_cpus",
+          short="job"),
 )  # fmt: skip
 # Where a run reads and writes, and what it is called: the same for every point of a campaign.
 INPUTS = (
@@ -170,6 +179,9 @@ OPTIONS = (
 BUILD_VARS = ("PYTHON", "SEED", "DAYS", "START", "EPOCHS")
 BY_NAME = {f.name: f for f in FIELDS + INPUTS + OPTIONS}
 BY_MAKE = {f.make: f for f in FIELDS + INPUTS}
+# Each field's code in run ids (by its meta.json name) and campaign point ids (by its name).
+SHORT = {f.name: f.short for f in FIELDS if f.short is not None}
+SHORT_REQUESTED = {f.requested: f.short for f in FIELDS if f.short is not None}
 # A campaign may give the rate instead of the send period: records/s over all producers.
 CAMPAIGN_KEYS = sorted({f.name for f in FIELDS if f.name != "target"} | {"rate"})
 
@@ -279,12 +291,17 @@ def as_requested(spec) -> dict:
     return {f.requested: getattr(spec, f.name) for f in FIELDS}
 
 
-def check_make(makefile: str, given: list[str]) -> str:
-    """The refusal for Make variables on the command line that neither the Makefile (its `?=`
-    lines) nor the run request knows; '' if all are known."""
+def make_names(makefile: str) -> list[str]:
+    """Every variable make knows: the Makefile's own (its `?=` lines) and the run request's."""
     with open(makefile) as f:
         own = set(re.findall(r"^([A-Z][A-Z0-9_]*)\s*\?=", f.read(), re.M))
-    return unknown(given, sorted(own | set(BY_MAKE) | set(BUILD_VARS)), "variable")
+    return sorted(own | set(BY_MAKE) | set(BUILD_VARS))
+
+
+def check_make(makefile: str, given: list[str]) -> str:
+    """The refusal for Make variables on the command line that neither the Makefile nor the
+    run request knows; '' if all are known."""
+    return unknown(given, make_names(makefile), "variable")
 
 
 def help_text() -> str:
@@ -302,10 +319,14 @@ def main(argv: list[str]) -> int:
             print(f"{message}; `make help` lists them")
             return 1
         return 0
+    if argv[:1] == ["make-names"] and len(argv) == 2:
+        print(" ".join(make_names(argv[1])))
+        return 0
     if argv == ["help"]:
         print(help_text())
         return 0
-    print("usage: spec.py check-make MAKEFILE NAME... | spec.py help", file=sys.stderr)
+    usage = "usage: spec.py check-make MAKEFILE NAME... | make-names MAKEFILE | help"
+    print(usage, file=sys.stderr)
     return 2
 
 

@@ -363,9 +363,7 @@ class HostScheduler:
         if self.backend == "xen":
             args += ["--pool", host.realtime_pool]
         if setting is not None:
-            args += ["--sched", setting.sched]
-            for field, value in setting.params().items():
-                args += ["--" + field.removesuffix("_us"), str(value)]
+            args += setting_options(setting)
         return host.machine.agent(*args)
 
     def _agent(self, verb: str, setting=None) -> dict:
@@ -400,6 +398,14 @@ class HostScheduler:
 
     def reset(self) -> None:
         self._agent("reset")
+
+
+def setting_options(setting) -> list[str]:
+    """A checked Setting as `hvbench-agent sched`'s options (its setting_arguments)."""
+    options = ["--sched", setting.sched]
+    for name, value in setting.params().items():
+        options += ["--" + name.removesuffix("_us"), str(value)]
+    return options
 
 
 def merged(answers: list[tuple[TestbedHost, dict]]) -> dict:

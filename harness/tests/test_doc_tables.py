@@ -1,0 +1,49 @@
+"""The docs' tables of settings say what the code's tables say (spec.FIELDS, the agent's
+SCHEDULERS): a field or a scheduler parameter added to one is found missing from the other."""
+
+import re
+from pathlib import Path
+
+from hvbench_agent.sched import PARAM_NAMES, SCHEDULERS
+from hvbench_harness import spec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_campaign_readme_lists_every_campaign_setting():
+    text = (REPO / "campaigns/README.md").read_text()
+    listed = re.search(r"Settings are `make run`'s variables in lower case: `([^`]*)`", text)
+    assert listed, "campaigns/README.md: the list of settings"
+    assert set(listed.group(1).split()) == set(spec.CAMPAIGN_KEYS) - {"rate"}
+    assert "`rate`" in text
+
+
+def test_results_md_names_every_requested_field():
+    text = (REPO / "docs/results.md").read_text()
+    (row,) = [line for line in text.splitlines() if line.startswith("| `requested` |")]
+    named = set(re.findall(r"`([a-z_0-9]+)`", row))
+    # "every scheduler parameter" names the scheduler's (the agent's table) at once
+    missing = {f.requested for f in spec.FIELDS} - named - set(PARAM_NAMES)
+    assert missing == set(), f"docs/results.md `requested` lacks {sorted(missing)}"
+
+
+def scheduler_rows() -> dict[tuple[str, str], set[str]]:
+    """docs/schedulers.md's table: (backend, SCHED) → the parameters its row names."""
+    text = (REPO / "docs/schedulers.md").read_text()
+    rows, backend = {}, None
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) != 4 or not cells[2].startswith("`") or cells[2] == "`SCHED`":
+            continue
+        backend = cells[1] or backend
+        rows[(backend, cells[2].strip("`"))] = set(re.findall(r"\b[A-Z][A-Z_]+\b", cells[3]))
+    return rows
+
+
+def test_the_schedulers_table_has_every_scheduler_and_its_parameters():
+    expected = {
+        (backend, sched): {PARAM_NAMES[p] for p in params}
+        for backend, table in SCHEDULERS.items()
+        for sched, params in table.items()
+    }
+    assert scheduler_rows() == expected
