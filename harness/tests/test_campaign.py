@@ -66,9 +66,9 @@ def fake(tmp_path) -> tuple[str, ...]:
     return (sys.executable, str(script))
 
 
-def run_args(tmp_path: Path, *extra: str) -> campaign.argparse.Namespace:
+def run_args(tmp_path: Path, *extra: str) -> campaign.Options:
     """`python -m hvbench_harness.campaign run` options, as main() would parse them."""
-    return campaign.argparse.Namespace(
+    return campaign.Options(
         results=str(tmp_path / "results"),
         work=str(tmp_path / "work"),
         resume="--resume" in extra,
@@ -318,7 +318,7 @@ def test_an_interrupted_campaign_resumes_without_rerunning_done_runs(tmp_path, f
 import sys
 from hvbench_harness import campaign
 c = campaign.load({str(path)!r})
-args = campaign.argparse.Namespace(results={str(tmp_path / "results")!r},
+args = campaign.Options(results={str(tmp_path / "results")!r},
     work={str(tmp_path / "work")!r}, resume=False, inventory=None, data='d', model='m',
     kafka_libs='k', connector_dir='c')
 sys.exit(campaign.run_campaign(c, args, harness={fake!r}))

@@ -3,7 +3,6 @@ process refuses a second one naming it, unless forced; a run on other machines i
 obstacle; a run whose process ended is stale and ignored; a campaign's own runs (its
 children) do not count it; a run refused by another creates nothing."""
 
-import argparse
 import json
 import subprocess
 import sys
@@ -168,7 +167,7 @@ def test_a_campaign_beside_a_run_is_refused_or_forced_with_its_runs(other_run, t
     assert not (tmp_path / "r").exists() and not (tmp_path / "w").exists()
     # forced, it runs, and passes CONCURRENT on to its runs (each prints its command line)
     inputs = dict.fromkeys(("data", "model", "kafka_libs", "connector_dir"), "x")
-    args = argparse.Namespace(
+    args = campaign.Options(
         inventory=None, concurrent=True, resume=False, results=where[1], work=where[3], **inputs
     )
     argv_printer = (sys.executable, "-c", "import sys; print(sys.argv)")
