@@ -10,8 +10,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from hvbench_analysis import advice, model, report
+from hvbench_analysis import model, report
 from hvbench_analysis.load import load_runs, run_dirs
+from hvbench_analysis.model import advice
 from hvbench_analysis.synthetic import write_run
 
 PERIOD_US = 100_000

@@ -9,8 +9,9 @@ import textwrap
 
 import pytest
 import yaml
-from hvbench_analysis import advice, model
+from hvbench_analysis import model
 from hvbench_analysis.load import load_runs, run_dirs
+from hvbench_analysis.model import advice
 from hvbench_analysis.synthetic import write_run
 from hvbench_harness import campaign
 from test_campaign import run_args

@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from hvbench_analysis import advice as advisor
 from hvbench_analysis import model as perf_model
 from hvbench_analysis.load import load_runs
+from hvbench_analysis.model import advice as advisor
 
 from hvbench_harness import rerun, spec
 from hvbench_harness import run as harness

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from hvbench_analysis import figures, model
-from hvbench_analysis.advice import Advice, advice_text
+from hvbench_analysis.model.advice import Advice, advice_text
 from hvbench_analysis.report.page import OutDirs, Page, table_with_note
 
 

@@ -305,8 +305,8 @@ def _search(value, errors: list[str]) -> Search | None:
 
 
 def _model_search(value: dict, errors: list[str]) -> ModelSearch:
-    from hvbench_analysis.advice import parse_slo
     from hvbench_analysis.model import ModelError
+    from hvbench_analysis.model.advice import parse_slo
 
     unknown = spec.unknown(sorted(value), MODEL_SEARCH_KEYS, "key(s)")
     if unknown:

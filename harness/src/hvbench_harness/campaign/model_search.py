@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hvbench_analysis import advice as advisor
 from hvbench_analysis import model
 from hvbench_analysis.load import load_runs, run_dirs
+from hvbench_analysis.model import advice as advisor
 
 # Point settings the advice is asked at, besides the scheduler, the rate and the target.
 HELD = ("period", "extratime", "weight", "cap", "noise")

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis.model import SETTINGS, STATISTICS, Model, ModelError, Z, with_derived
+from hvbench_analysis.model.fit import Model, with_derived
+from hvbench_analysis.model.table import SETTINGS, STATISTICS, ModelError, Z
 
 KNOBS = ("budget", "cap", "weight")
 UNITS = {"budget": "µs", "cap": "%", "weight": ""}
