@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from hvbench_analysis import campaign, compare, figures, report, tables
-from hvbench_analysis.load import config_label, load_runs, run_dirs
+from hvbench_analysis.labels import config_label
+from hvbench_analysis.load import load_runs, run_dirs
 from hvbench_analysis.stats import percentile, tail_levels
 from hvbench_analysis.synthetic import write_run
 

@@ -2,9 +2,10 @@ import json
 
 import numpy as np
 import pytest
-from hvbench_analysis.load import TAGS, load_runs, run_dirs
+from hvbench_analysis.load import load_runs, run_dirs
 from hvbench_analysis.stats import ecdf_points, over_deadline_pct, summarize
 from hvbench_analysis.synthetic import write_run
+from hvbench_analysis.tags import TAGS
 
 MS = 1_000_000
 

@@ -10,7 +10,8 @@ import time
 
 import pytest
 from driver import REPO, leftover_processes, run_args
-from hvbench_analysis.load import config_label, load_runs
+from hvbench_analysis.labels import config_label
+from hvbench_analysis.load import load_runs
 from hvbench_harness import run
 from hvbench_harness.runspec import RunSpec
 from hvbench_harness.testbed import Machine

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis.load import config_label
+from hvbench_analysis.labels import config_label
 from hvbench_analysis.stats import percentile
 from hvbench_analysis.tables import by_config, scheduler_name
 
@@ -194,7 +194,7 @@ READERS = {
 
 
 def requested_setting(tags: dict) -> dict:
-    """The setting as requested, from a configuration's tags (load.tags_of)."""
+    """The setting as requested, from a configuration's tags (tags.tags_of)."""
     return {
         "budget_us": tags.get("budget"),
         "period_us": tags.get("period"),

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from hvbench_analysis.load import config_label, rate_per_s
+from hvbench_analysis.labels import config_label
+from hvbench_analysis.tags import rate_per_s
 
 CAMPAIGN_FILE = "campaign.json"
 NOT_DONE_COLUMNS = ["Run", "Point", "Rep", "Status", "Reason"]

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis.load import CONFIG
 from hvbench_analysis.stats import percentile, summarize, tail_levels
+from hvbench_analysis.tags import CONFIG
 
 # Statistics compared across configurations (per run, then over runs).
 COMPARED = ("p50_ms", "p90_ms", "p99_ms", "p99.9_ms", "max_ms", "mean_ms")

@@ -14,8 +14,10 @@ import numpy as np
 import pandas as pd
 
 from hvbench_analysis.compare import bootstrap_mean_ci
-from hvbench_analysis.load import CONFIG, config_label, rate_label, union_flags
+from hvbench_analysis.labels import config_label, rate_label
+from hvbench_analysis.load import union_flags
 from hvbench_analysis.stats import percentile, summarize
+from hvbench_analysis.tags import CONFIG
 
 SCHEDULER_NAMES = {
     "rtds": "RTDS",
@@ -117,7 +119,7 @@ def _has(value) -> bool:
 def _with_rate_and_runs(table: pd.DataFrame, columns: list[str], seed: int) -> pd.DataFrame:
     """The table's columns, with "Rate (/s)" before the maximum when some configuration runs at
     another rate than the default, "Setup" when configurations differ in how they measured
-    (load.setup_labels), and the repetition columns when some has ≥ 2 runs."""
+    (labels.setup_labels), and the repetition columns when some has ≥ 2 runs."""
     columns = list(columns)
     if table["rate"].map(rate_label).astype(bool).any():
         columns.insert(columns.index("Max (ms)"), "Rate (/s)")

@@ -15,7 +15,8 @@ from hvbench_analysis import (
     stages,
     tables,
 )
-from hvbench_analysis.load import Runs, config_label
+from hvbench_analysis.labels import config_label
+from hvbench_analysis.load import Runs
 from hvbench_analysis.report.page import OutDirs, Page, safe_name, table_with_note
 from hvbench_analysis.stats import percentile
 

@@ -8,7 +8,8 @@ import argparse
 import pandas as pd
 
 from hvbench_analysis import figures, tables
-from hvbench_analysis.load import Runs, config_label
+from hvbench_analysis.labels import config_label
+from hvbench_analysis.load import Runs
 from hvbench_analysis.report.page import OutDirs, Page, safe_name, table_with_note
 
 

@@ -13,7 +13,7 @@ from hvbench_analysis import (
     figures,
     tables,
 )
-from hvbench_analysis.load import config_label
+from hvbench_analysis.labels import config_label
 from hvbench_analysis.report.page import OutDirs, Page, curves, run_curves, safe_name
 
 

@@ -15,7 +15,8 @@ from hvbench_analysis import (
     hdr,
     tables,
 )
-from hvbench_analysis.load import LeftOut, Runs, config_label
+from hvbench_analysis.labels import config_label
+from hvbench_analysis.load import LeftOut, Runs
 from hvbench_analysis.report.page import OutDirs, Page, safe_name
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 from hvbench_analysis import (
     tables,
 )
-from hvbench_analysis.load import config_label
+from hvbench_analysis.labels import config_label
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222 }
