@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from hvbench_agent.sched import validate
 from hvbench_harness import run
+from hvbench_harness.targets.host_scheduler import HostScheduler
 from hvbench_harness.testbed import (
-    HostScheduler,
     Machine,
     Testbed,
     TestbedError,

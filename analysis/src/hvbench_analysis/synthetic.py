@@ -55,19 +55,10 @@ def write_run(
     samples = _samples(latency, warmup, missing, send_period_ns, intended_lag_ns)
     if job_offset_ns is not None:
         samples = _with_job_stamps(samples, job_offset_ns)
-    asked = {
-        "target": target,
-        "sched": sched,
-        "budget_us": budget,
-        "period_us": period,
-        "cap": cap,
-        "rep": rep,
-        "campaign": campaign,
-        "records": len(samples),
-        "producer_period_ms": producer_period_ms,
-        "producers": len(DETECTORS),
-        **(requested or {}),
-    }
+    asked = {"target": target, "sched": sched, "budget_us": budget, "period_us": period}
+    asked |= {"cap": cap, "rep": rep, "campaign": campaign, "records": len(samples)}
+    asked |= {"producer_period_ms": producer_period_ms, "producers": len(DETECTORS)}
+    asked |= requested or {}
     meta = {
         "run_id": directory.name,
         "requested": asked,
@@ -75,14 +66,16 @@ def write_run(
         "faults": list(faults),
         "started_at": started_at,
         "sched": {"applied": sched, "readback": _readback(target, sched, asked)},
-        "clock": {
-            "tsc": {"hz": 2.6e9, "source": "synthetic", "clocksource": "tsc"},
-            **({} if job_offset_ns is None else {"job": _job_clock(samples, job_offset_ns)}),
-        },
+        "clock": _clock(samples, job_offset_ns),
         "counts": {**_counts(len(samples), missing), **(counts or {})},
         "warmup_excluded_s": warmup * send_period_ns / 1e9,
     }
     return results.write_run(directory, meta, samples, float_format="%.0f")
+
+
+def _clock(samples: pd.DataFrame, job_offset_ns: int | None) -> dict:
+    job = {} if job_offset_ns is None else {"job": _job_clock(samples, job_offset_ns)}
+    return {"tsc": {"hz": 2.6e9, "source": "synthetic", "clocksource": "tsc"}, **job}
 
 
 def _samples(

@@ -444,30 +444,35 @@ def main(argv: list[str] | None = None) -> None:
         topic = clients.output_topic(k, args.output)
         outputs.get_side_output(tag).sink_to(kafka_sink(args.bootstrap, topic)).name(topic)
     if args.settings_out:
-        applied = {
-            "flink": settings,
-            "connector_jar": jar.name,
-            "source_properties": SOURCE_PROPERTIES,
-            "sink_properties": SINK_PROPERTIES,
-            "source_values": f"bytes as read ({BYTES_DESERIALIZER.rpartition('.')[2]}), "
-            "None for a tombstone; the operator checks them",
-            "sink_delivery_guarantee": "AT_LEAST_ONCE",
-            "dead_letters": {"writer": "the operator's own client", "config": DEAD_LETTER_CONFIG},
-            "topics": {"input": args.input, "output": args.output, "dead_letter": args.dead_letter},
-            # each client pair's output topic (hvbench_job.clients)
-            "answers": clients.output_topics(args.clients, args.output),
-            "network": args.network,
-            "route": {"origin": args.origin, "destination": args.destination},
-            "heuristic": args.heuristic,
-            "forecast": forecast_batches(Path(args.model)),
-            "force_tsc": args.force_tsc,
-            "stamps": "the run's calibration" if calibration else "the job's own calibration",
-            "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL")},
-            # background_threads: filled in by the operator once it runs in the JVM
-            "jvm": {"args": os.environ["JVM_ARGS"], "background_threads": None},
-        }
+        applied = applied_settings(args, settings, jar, calibration)
         Path(args.settings_out).write_text(json.dumps(applied, indent=2) + "\n")
     env.execute("hvbench")
+
+
+def applied_settings(args, settings: dict, jar: Path, calibration: dict | None) -> dict:
+    """What the job was started with, as job_settings.json records it (--settings-out)."""
+    return {
+        "flink": settings,
+        "connector_jar": jar.name,
+        "source_properties": SOURCE_PROPERTIES,
+        "sink_properties": SINK_PROPERTIES,
+        "source_values": f"bytes as read ({BYTES_DESERIALIZER.rpartition('.')[2]}), "
+        "None for a tombstone; the operator checks them",
+        "sink_delivery_guarantee": "AT_LEAST_ONCE",
+        "dead_letters": {"writer": "the operator's own client", "config": DEAD_LETTER_CONFIG},
+        "topics": {"input": args.input, "output": args.output, "dead_letter": args.dead_letter},
+        # each client pair's output topic (hvbench_job.clients)
+        "answers": clients.output_topics(args.clients, args.output),
+        "network": args.network,
+        "route": {"origin": args.origin, "destination": args.destination},
+        "heuristic": args.heuristic,
+        "forecast": forecast_batches(Path(args.model)),
+        "force_tsc": args.force_tsc,
+        "stamps": "the run's calibration" if calibration else "the job's own calibration",
+        "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL")},
+        # background_threads: filled in by the operator once it runs in the JVM
+        "jvm": {"args": os.environ["JVM_ARGS"], "background_threads": None},
+    }
 
 
 if __name__ == "__main__":

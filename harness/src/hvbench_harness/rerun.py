@@ -246,28 +246,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default="work")
     args = p.parse_args(argv)
     if args.account is not None:
-        results = Path(args.results) if args.results else None
-        try:
-            source = raw_folder(args.account, results or Path("results"), Path(args.work))
-            return account_again(source, results)
-        except (RerunError, rawfiles.RawError, results_contract.ResultsError) as e:
-            print(f"make account: {e}", file=sys.stderr)
-            return 1
-    args.results = args.results or "results"
+        return account(args.account, args.results, args.work)
+    return rerun(args.run, args.results or "results", args.work)
+
+
+def account(run: str, results_given: str | None, work: str) -> int:
+    """make account: a run accounted again from its raw files."""
+    results = Path(results_given) if results_given else None
     try:
-        original_dir = find_run(Path(args.results), args.run)
+        source = raw_folder(run, results or Path("results"), Path(work))
+        return account_again(source, results)
+    except (RerunError, rawfiles.RawError, results_contract.ResultsError) as e:
+        print(f"make account: {e}", file=sys.stderr)
+        return 1
+
+
+def rerun(run: str, results: str, work: str) -> int:
+    """make rerun: the run repeated from its meta.json, and the two compared."""
+    try:
+        original_dir = find_run(Path(results), run)
         original = results_contract.read_meta(original_dir)
-        run_id = next_run_id(Path(args.results), original_dir.name)
+        run_id = next_run_id(Path(results), original_dir.name)
         options = [
             *harness_argv(original),
-            "--results",
-            args.results,  # a campaign's run too: its folder keeps the campaign's runs only
-            "--work",
-            args.work,
-            "--run-id",
-            run_id,
-            "--rerun-of",
-            str(original_dir.resolve()),
+            *("--results", results),  # a campaign's run too: its folder keeps its runs only
+            *("--work", work, "--run-id", run_id, "--rerun-of", str(original_dir.resolve())),
         ]
     except (RerunError, results_contract.ResultsError) as e:
         print(f"make rerun: {e}", file=sys.stderr)
@@ -277,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         + " ".join(options)
     )
     code = harness.main(options)
-    rerun_dir = Path(args.results) / run_id
+    rerun_dir = Path(results) / run_id
     if not (rerun_dir / "meta.json").exists():
         return code or 1
     comparison = compare(original, results_contract.read_meta(rerun_dir))

@@ -219,16 +219,7 @@ def measure(
         f"run {run_id}: {request.records} records from {spec.DETECTORS[request.network]} detectors "
         f"({request.network}) every {request.send_ms:g} ms, SCHED={setting.sched}"
     )
-    calibration, meta_doc["cpu_latency"] = target.calibrate(parts)
-    meta_doc["clock"] = {"tsc": calibration.as_dict()}
-    (parts.work / CALIBRATION).write_text(json.dumps(calibration.as_dict()))
-    if request.clients > 1:
-        meta_doc["clock"]["clients"] = target.calibrate_clients()
-    # each step's phase is entered before the last one's line is logged: a Ctrl-C right after
-    # that line is reported in the phase that follows it
-    enter(meta_doc, "starting Kafka")
-    c = calibration
-    log(f"TSC {c.hz / 1e6:.3f} MHz ({c.source}, ±{c.error_ppm:.2f} ppm) in {target.messaging.name}")
+    calibrate(request, target, parts, meta_doc)
     meta_doc["kafka"] = target.start_broker(parts)
     bootstrap = meta_doc["kafka"]["bootstrap"]
     enter(meta_doc, "starting the Flink job")
@@ -249,6 +240,28 @@ def measure(
     if request.baseline:
         enter(meta_doc, "measuring the noise floor")
         meta_doc["baseline"] = target.noise_floor(setting, request.baseline_s)
+    send(request, target, parts, meta_doc, (job, bootstrap, glance))
+
+
+def calibrate(request: RunSpec, target: Target, parts: Parts, meta_doc: dict) -> None:
+    """The TSC that stamps both ends (and each client pair's), into meta.json `clock`."""
+    calibration, meta_doc["cpu_latency"] = target.calibrate(parts)
+    meta_doc["clock"] = {"tsc": calibration.as_dict()}
+    (parts.work / CALIBRATION).write_text(json.dumps(calibration.as_dict()))
+    if request.clients > 1:
+        meta_doc["clock"]["clients"] = target.calibrate_clients()
+    # each step's phase is entered before the last one's line is logged: a Ctrl-C right after
+    # that line is reported in the phase that follows it
+    enter(meta_doc, "starting Kafka")
+    c = calibration
+    log(f"TSC {c.hz / 1e6:.3f} MHz ({c.source}, ±{c.error_ppm:.2f} ppm) in {target.messaging.name}")
+
+
+def send(request: RunSpec, target: Target, parts: Parts, meta_doc: dict, started: tuple) -> None:
+    """The consumers, then the producers; drain; what the setting and the power policy read
+    at the end. `started`: the job, Kafka's bootstrap, the glance at the other runs."""
+    job, bootstrap, glance = started
+    run_id = meta_doc["run_id"]
     enter(meta_doc, "starting the consumer")
     pairs = range(request.clients)
     consumers = [start_consumer(target, parts, bootstrap, k, (job, run_id)) for k in pairs]

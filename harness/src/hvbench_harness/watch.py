@@ -135,7 +135,15 @@ def drain(
             for consumer, _ in consumers:
                 stop_process(consumer, 60)
     relay(consumers, progress, started)
-    if drain_deadline is None:
+    drained(request, target, (parts, consumers, producers), usage, meta_doc, drain_deadline)
+    return steal
+
+
+def drained(request, target, clients: tuple, usage, meta_doc: dict, deadline) -> None:
+    """Once the consumers ended: the producers' end awaited if they were not seen to end
+    (`deadline` None), the parts' CPU recorded, the clients' exits checked."""
+    parts, consumers, producers = clients
+    if deadline is None:
         # the consumers had every record before the producers were seen to end (under load,
         # a producer's exit can take seconds): the sending window still ends when they do
         wait_for_producers(producers)
@@ -145,7 +153,6 @@ def drain(
     if usage.pids:
         meta_doc["cpu_per_part"] = usage.result(request.records)
     check_clients(parts, consumers, producers)
-    return steal
 
 
 # Once the consumers have every record, a pair's producers only flush and exit (seconds under

@@ -459,6 +459,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         for g in own
     ]
+    run_all(threads, stop)
+    mine = [s for j, s in enumerate(sources) if j % groups in own]  # the network's order
+    return report_sent(Path(args.out), mine, stop)
+
+
+def run_all(threads: list[threading.Thread], stop: threading.Event) -> None:
+    """Every producer thread until it ends; Ctrl-C stops them all."""
     for t in threads:
         t.start()
     try:
@@ -469,9 +476,12 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         for t in threads:
             t.join()
-    mine = [s for j, s in enumerate(sources) if j % groups in own]  # the network's order
+
+
+def report_sent(out: Path, mine: list, stop: threading.Event) -> int:
+    """sent.csv of these sources, their errors printed; the exit code."""
     logs = [s.log for s in mine]
-    rows = write_sent(Path(args.out), logs)
+    rows = write_sent(out, logs)
     errors = [f"{log.detector} {e}" for log in logs for e in log.errors]
     for e in errors[:20]:
         print(f"producers: {e}", file=sys.stderr)

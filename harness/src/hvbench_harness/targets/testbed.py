@@ -27,8 +27,9 @@ from hvbench_harness.targets.common import (
     job_env,
     rt_profiles,
 )
+from hvbench_harness.targets.host_scheduler import HostScheduler
 from hvbench_harness.targets.testbed_layouts import testbed_layout
-from hvbench_harness.testbed import HostScheduler, Machine, Testbed, TestbedError, resolve
+from hvbench_harness.testbed import Machine, Testbed, TestbedError, resolve
 
 
 class TestbedTarget:

@@ -31,28 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ports and the cluster's id; the node given --topics creates them once it serves and waits
     until every node of --peers knows them. `--free-ports N` only prints N free ports of --host
     (the harness picks the nodes' ports before any starts)."""
-    p = argparse.ArgumentParser(prog="python -m hvbench_load.broker", description=main.__doc__)
-    p.add_argument("--libs", help="the Kafka jars")
-    p.add_argument("--work", help="configuration, data and log")
-    p.add_argument("--host", required=True, help="the address to listen on")
-    p.add_argument("--topics", default="", help="comma-separated, each NAME or NAME:PARTITIONS")
-    p.add_argument("--restarts", type=int, default=1, help="restarts allowed if it exits")
-    p.add_argument(
-        "--hang-s",
-        type=float,
-        default=HANG_GUEST_S,
-        help="seconds without an answer to a metadata request that make the broker hung",
-    )
-    p.add_argument("--free-ports", type=int, default=0, help="print this many free ports")
-    p.add_argument("--port", type=int, help="the client port (default: a free one)")
-    p.add_argument("--controller-port", type=int, help="the controller port (default: free)")
-    p.add_argument("--node-id", type=int, default=1)
-    p.add_argument("--voters", help="a cluster's controllers: 1@HOST:PORT,2@HOST:PORT,...")
-    p.add_argument("--cluster-id", help="a cluster's id (every node the same)")
-    p.add_argument("--replication", type=int, default=1)
-    p.add_argument("--min-insync", type=int, default=1)
-    p.add_argument("--peers", default="", help="every node's HOST:PORT (with --topics)")
-    args = p.parse_args(argv)
+    args = arguments().parse_args(argv)
     if args.free_ports:
         print(json.dumps(free_ports(args.host, args.free_ports)))
         return 0
@@ -83,6 +62,31 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         broker.stop(SERVE_STOP_S)
+
+
+def arguments() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hvbench_load.broker", description=main.__doc__)
+    p.add_argument("--libs", help="the Kafka jars")
+    p.add_argument("--work", help="configuration, data and log")
+    p.add_argument("--host", required=True, help="the address to listen on")
+    p.add_argument("--topics", default="", help="comma-separated, each NAME or NAME:PARTITIONS")
+    p.add_argument("--restarts", type=int, default=1, help="restarts allowed if it exits")
+    p.add_argument(
+        "--hang-s",
+        type=float,
+        default=HANG_GUEST_S,
+        help="seconds without an answer to a metadata request that make the broker hung",
+    )
+    p.add_argument("--free-ports", type=int, default=0, help="print this many free ports")
+    p.add_argument("--port", type=int, help="the client port (default: a free one)")
+    p.add_argument("--controller-port", type=int, help="the controller port (default: free)")
+    p.add_argument("--node-id", type=int, default=1)
+    p.add_argument("--voters", help="a cluster's controllers: 1@HOST:PORT,2@HOST:PORT,...")
+    p.add_argument("--cluster-id", help="a cluster's id (every node the same)")
+    p.add_argument("--replication", type=int, default=1)
+    p.add_argument("--min-insync", type=int, default=1)
+    p.add_argument("--peers", default="", help="every node's HOST:PORT (with --topics)")
+    return p
 
 
 def node(args: argparse.Namespace) -> KafkaBroker:
