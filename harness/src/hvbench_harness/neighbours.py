@@ -45,7 +45,7 @@ def check_request(request) -> tuple[Group, ...]:
             parse_cpus(request.job_cpus)
     except NoiseError as e:
         raise RunError(f"JOB_CPUS: {e}") from None
-    (check_bare if request.target == "bare" else check_testbed)(request, groups)
+    (check_testbed if request.on_testbed else check_bare)(request, groups)
     return groups
 
 

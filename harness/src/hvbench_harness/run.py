@@ -46,7 +46,7 @@ from hvbench_job.session import SessionError
 from hvbench_load.broker import BrokerError
 
 import tsc_timer
-from hvbench_harness import inventory, neighbours, spec, targets
+from hvbench_harness import inventory, spec, targets
 from hvbench_harness.finish import finish
 from hvbench_harness.parts import (
     Parts,
@@ -55,7 +55,7 @@ from hvbench_harness.parts import (
 )
 from hvbench_harness.runlocks import hold, registered_machines
 from hvbench_harness.runspec import RunSpec
-from hvbench_harness.targets import CALIBRATION, TOPICS, Here, Target
+from hvbench_harness.targets import CALIBRATION, TOPICS, Target
 from hvbench_harness.testbed import TestbedError
 from hvbench_harness.watch import drain, enter
 from hvbench_harness.workload import start_consumer, start_job, start_producers, wait_job_ready
@@ -94,56 +94,19 @@ def arguments() -> argparse.ArgumentParser:
     return p
 
 
-def data_network(data: Path) -> str | None:
-    """The network `make data` generated `data` for (its generated.json); None for data
-    that says nothing (real PeMS files)."""
-    try:
-        return json.loads((data / "generated.json").read_text()).get("network", "freeway")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def check_machine(request: RunSpec) -> Here | None:
-    """What a bare run needs of this machine, before anything is started or touched: its model
-    and data (for the request's NETWORK), its CPUs for JOB_CPUS and NOISE_CPUS, and the
-    C-state hold. None on a testbed (its target checks its machines)."""
-    if request.target != "bare":
-        return None
-    for what, path in (
-        ("model", Path(request.model) / "manifest.json"),
-        ("data", Path(request.data)),
-    ):
-        if not path.exists():
-            raise RunError(f"no {what} at {path} (make train / make data create it)")
-    generated_for = data_network(Path(request.data))
-    if generated_for not in (None, request.network):
-        raise RunError(
-            f"the data at {request.data} is for NETWORK={generated_for}, not {request.network} "
-            f"(make data NETWORK={request.network} DATA_DIR=... makes it)"
-        )
-    noise_cpus = neighbours.bare_noise_cpus(request.noise_cpus, request.job_cpus)
-    requested, why = tuning.parse_cpu_latency(request.cpu_latency), ""
-    if request.max_cstate is not None and requested == "auto":  # the run's idle states, not 0 µs
-        requested, why = None, f"MAX_CSTATE={request.max_cstate} sets the idle states"
-    cpu_latency = tuning.CpuLatency(requested, off_because=why)
-    cpu_latency.check()
-    return Here(cpu_latency, noise_cpus)
-
-
 def run(request: RunSpec) -> int:
     """One run: checked, then run while it holds its machines in the run registry
     (runlocks: refused if another run holds one, unless CONCURRENT=1)."""
-    here = check_machine(request)
     run_id = request.run_id or default_run_id(request.target, request.setting)
     results, work = under(request.results, run_id), under(request.work, run_id)
     for taken in (results, work):
         if taken.exists():
             raise RunError(f"{taken} exists already; choose another RUN_ID")
-    if request.host and request.target != "bare":  # HOST: its one-off inventory (inventory.py)
+    if request.host and request.on_testbed:  # HOST: its one-off inventory (inventory.py)
         inventory.write_one_off(request.host, request.target, request.inventory)
     machines = registered_machines(request.target, request.hosts)
     with hold(run_id, machines, forced=request.concurrent) as held:
-        return run_held(request, here, (run_id, results, work), held)
+        return run_held(request, (run_id, results, work), held)
 
 
 def under(folder: str, name: str) -> Path:
@@ -154,11 +117,11 @@ def under(folder: str, name: str) -> Path:
     return path
 
 
-def run_held(request: RunSpec, here: Here | None, names: tuple, held) -> int:
+def run_held(request: RunSpec, names: tuple, held) -> int:
     """The run's steps, while it holds its machines (`held`, whose record is meta.json
     `concurrent`). Every part it starts is torn down on the way out (Parts)."""
     run_id, results, work = names
-    target = targets.choose(request, run_id, work, here)
+    target = targets.choose(request, run_id, work)
     work.mkdir(parents=True, exist_ok=True)
     meta_doc = begin_meta(request, run_id, target)
     meta_doc["concurrent"] = held.record  # the runs seen at the start; at the end: below

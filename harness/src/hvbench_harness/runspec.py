@@ -76,7 +76,7 @@ class RunSpec(Asked):
 
     def checked_placement(self, need_inventory: bool) -> RunSpec:
         """CPU_LATENCY for the bare target; a testbed needs its inventory."""
-        if self.target == "bare":
+        if not self.on_testbed:
             try:
                 tuning.parse_cpu_latency(self.cpu_latency)
             except tuning.TuningError as e:
@@ -92,6 +92,11 @@ class RunSpec(Asked):
                 "make provision (host_tuning)"
             )
         return self
+
+    @property
+    def on_testbed(self) -> bool:
+        """A KVM or Xen testbed (HOST or INVENTORY), not this machine."""
+        return self.target != "bare"
 
     def requested(self) -> dict:
         """The request as meta.json `requested` records it (spec.FIELDS)."""
@@ -279,7 +284,7 @@ def sizes(asked) -> dict:
         return {}
     brokers = 3 if asked.brokers is None else asked.brokers
     taskmanagers = asked.taskmanagers
-    if taskmanagers is None and asked.target == "bare":
+    if taskmanagers is None and not asked.on_testbed:
         taskmanagers = 2
     if not 1 <= brokers <= 9 or not 1 <= (taskmanagers or 1) <= spec.PRODUCERS:
         raise RunError(

@@ -72,15 +72,14 @@ class Target(Protocol):
     def facts(self) -> dict: ...
 
 
-def choose(request: RunSpec, run_id: str, work: Path, here: Here | None) -> Target:
-    """The run's target, its scheduler checked and its machines found ready, before anything
-    starts; RunError (or the scheduler's Refused) otherwise, and nothing is left behind (a
-    testbed's work directory, made to find the testbed, goes). `here`: what this machine
-    gives a bare run (run.check_machine)."""
+def choose(request: RunSpec, run_id: str, work: Path) -> Target:
+    """The run's target, its machines and its scheduler checked and found ready, before
+    anything starts; RunError (or the scheduler's Refused) otherwise, and nothing is left
+    behind (a testbed's work directory, made to find the testbed, goes)."""
     require = readiness.parse_require(request.require)
     try:
         if request.target == "bare":
-            target: Target = BareTarget(request, run_id, here)
+            target: Target = BareTarget(request, run_id)
         else:
             target = TestbedTarget(request, run_id, work)
         target.check(request.setting, require)

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from hvbench_agent import facts as agent_facts
-from hvbench_agent import neighbours, noise
+from hvbench_agent import neighbours, noise, tuning
 from hvbench_agent.sched import Setting
 from hvbench_agent.sched.linux import LinuxScheduler, threads_of
 from hvbench_agent.trace import SchedTrace
@@ -19,7 +19,7 @@ from hvbench_load.broker import HUNG, KafkaBroker, KafkaCluster
 import tsc_timer
 from hvbench_harness import readiness
 from hvbench_harness.accounting import pair_file
-from hvbench_harness.neighbours import LocalNoise
+from hvbench_harness.neighbours import LocalNoise, bare_noise_cpus
 from hvbench_harness.parts import Parts, Process, RunError, log, running, stopped_part, tail
 from hvbench_harness.power import EnergyMeter, HostPower
 from hvbench_harness.runspec import RunSpec
@@ -46,9 +46,10 @@ class BareTarget:
     job_shares_clock = True  # the job adopts the run's calibration: one clock for every stamp
     job_clocks = 1  # the machines the job's stamps come from
 
-    def __init__(self, request: RunSpec, run_id: str, here: Here):
-        self.request, self.here = request, here
-        self.cpu_latency = here.cpu_latency
+    def __init__(self, request: RunSpec, run_id: str, here: Here | None = None):
+        """here: what this machine gives the run (check_machine, by default)."""
+        self.request, self.here = request, here or check_machine(request)
+        self.cpu_latency = self.here.cpu_latency
         self.messaging = self.realtime = Machine("this machine")
         self.paths = Paths(
             request.data,
@@ -278,3 +279,37 @@ class BareTarget:
             "versions": agent_facts.collect_versions(),
             "stamps_where": "on this machine",
         }
+
+
+def data_network(data: Path) -> str | None:
+    """The network `make data` generated `data` for (its generated.json); None for data
+    that says nothing (real PeMS files)."""
+    try:
+        return json.loads((data / "generated.json").read_text()).get("network", "freeway")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_machine(request: RunSpec) -> Here:
+    """What a bare run needs of this machine, before anything is started or touched: its model
+    and data (for the request's NETWORK), its CPUs for JOB_CPUS and NOISE_CPUS, and the
+    C-state hold."""
+    for what, path in (
+        ("model", Path(request.model) / "manifest.json"),
+        ("data", Path(request.data)),
+    ):
+        if not path.exists():
+            raise RunError(f"no {what} at {path} (make train / make data create it)")
+    generated_for = data_network(Path(request.data))
+    if generated_for not in (None, request.network):
+        raise RunError(
+            f"the data at {request.data} is for NETWORK={generated_for}, not {request.network} "
+            f"(make data NETWORK={request.network} DATA_DIR=... makes it)"
+        )
+    noise_cpus = bare_noise_cpus(request.noise_cpus, request.job_cpus)
+    requested, why = tuning.parse_cpu_latency(request.cpu_latency), ""
+    if request.max_cstate is not None and requested == "auto":  # the run's idle states, not 0 µs
+        requested, why = None, f"MAX_CSTATE={request.max_cstate} sets the idle states"
+    cpu_latency = tuning.CpuLatency(requested, off_because=why)
+    cpu_latency.check()
+    return Here(cpu_latency, noise_cpus)

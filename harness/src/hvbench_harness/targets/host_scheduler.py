@@ -27,7 +27,7 @@ class HostScheduler:
         names = ", ".join(host.realtime_domains)
         several = len(self.hosts) > 1
         on = f" on {host.machine.name}" if several else ""
-        if self.backend == "xen":
+        if host.realtime_pool:  # Xen: the VMs and their cpupool
             return f"{names} in cpupool {host.realtime_pool}{on}"
         return f"the vCPUs of {names}{on}"
 
@@ -37,7 +37,7 @@ class HostScheduler:
         args = ["sched", verb, "--backend", self.backend]
         for domain in host.realtime_domains:
             args += ["--domain", domain]
-        if self.backend == "xen":
+        if host.realtime_pool:
             args += ["--pool", host.realtime_pool]
         if setting is not None:
             args += setting_options(setting)
