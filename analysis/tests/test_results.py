@@ -115,3 +115,28 @@ def test_a_version_7_run_reads_as_a_record_a_message_from_one_client_pair(tmp_pa
     requested = results.read_meta(folder)["requested"]
     assert (requested["messages"], requested["clients"]) == ("record", 1)
     assert load_runs([folder]).runs.loc[0, "load"] == ""
+
+
+# Runs written by the writer of schema 6 and of schema 11 (synthetic.write_run as each version
+# had it): two SCHED=deadline budgets × two repetitions of 240 measured records after 12 warm-up
+# (the second repetition missing one record), made by data/make_old_runs.py with each version.
+OLD_FOLDERS = [Path(__file__).parent / "data" / f"v{v}-deadline-bare" for v in (6, 11)]
+
+
+@pytest.mark.parametrize("folder", OLD_FOLDERS, ids=lambda f: f.name)
+def test_runs_of_older_schemas_load_upgraded_and_report(folder, tmp_path):
+    version = json.loads((next(folder.iterdir()) / "meta.json").read_text())["schema"]
+    assert version < results.SCHEMA_VERSION
+    runs = load_runs(run_dirs(folder))
+    assert runs.skipped == [] and runs.left_out == [] and len(runs.runs) == 4
+    for run in runs.runs.itertuples():
+        meta = results.read_meta(folder / run.run_id)
+        results.check_sections(meta)  # what it has is what this version's writer may write
+        assert meta["requested"]["sched"] == "deadline" and meta["status"]["state"] == "completed"
+        samples = results.read_samples(folder / run.run_id)
+        measured = samples.loc[(samples["copies"] > 0) & ~samples["warmup"], "latency_ns"]
+        assert len(measured) == 240 and len(samples) == 252 + (run.rep - 1)  # 12 warm-up, missing
+    out = tmp_path / "report"
+    assert report.main(["--results", str(folder), "--out", str(out)]) == 0
+    table = (out / "tables" / "percentiles_by_config.csv").read_text()
+    assert "20000" in table and "50000" in table

@@ -1,6 +1,7 @@
 """The docs' tables of settings say what the code's tables say (spec.FIELDS, the agent's
 SCHEDULERS): a field or a scheduler parameter added to one is found missing from the other."""
 
+import json
 import re
 from pathlib import Path
 
@@ -47,3 +48,24 @@ def test_the_schedulers_table_has_every_scheduler_and_its_parameters():
         for sched, params in table.items()
     }
     assert scheduler_rows() == expected
+
+
+def test_results_md_has_a_row_for_every_section_of_meta_json():
+    from hvbench_analysis import results
+
+    text = (REPO / "docs/results.md").read_text()
+    part = text[text.index("| key | what |", text.index("## meta.json")) :]
+    table = part[: part.index("\n\n")]
+    named = {
+        k for line in table.splitlines()[2:] for k in re.findall(r"`([a-z_]+)`", line.split("|")[1])
+    }
+    assert named == set(results.SECTIONS)
+
+
+def test_the_json_schema_of_meta_json_is_the_one_exported():
+    from hvbench_analysis import results
+
+    exported = json.loads((REPO / "docs/meta.schema.json").read_text())
+    assert exported == results.json_schema(), (
+        "python -m hvbench_analysis.results > docs/meta.schema.json"
+    )

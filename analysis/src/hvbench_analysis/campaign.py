@@ -8,16 +8,15 @@ is missing or of another type is shown empty, never trusted to have a shape.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 
 from hvbench_analysis.labels import config_label
+from hvbench_analysis.results import ResultsError, read_campaign_index
 from hvbench_analysis.tags import rate_per_s
 
-CAMPAIGN_FILE = "campaign.json"
 NOT_DONE_COLUMNS = ["Run", "Point", "Rep", "Status", "Reason"]
 RATE_COLUMNS = [
     "Point",
@@ -34,17 +33,12 @@ class CampaignFileError(ValueError):
 
 
 def read_campaign(results: Path | str) -> dict | None:
-    """The campaign index in a results folder, or None if the folder holds none."""
-    path = Path(results) / CAMPAIGN_FILE
-    if not path.exists():
-        return None
+    """The campaign index in a results folder (results.read_campaign_index), or None if the
+    folder holds none."""
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CampaignFileError(f"{CAMPAIGN_FILE} cannot be read: {e}") from None
-    if not isinstance(doc, dict):
-        raise CampaignFileError(f"{CAMPAIGN_FILE} is not an object")
-    return doc
+        return read_campaign_index(Path(results))
+    except ResultsError as e:
+        raise CampaignFileError(str(e)) from None
 
 
 def _mapping(value) -> dict:

@@ -99,6 +99,88 @@ DTYPES = {
 }
 
 
+# meta.json's sections: each key a run may write, the JSON types its value takes and what it
+# says (docs/results.md explains each; a test keeps the two equal). write_run refuses a key
+# that is not here, or a value of another type; `schema` exports them as a JSON Schema.
+OBJECT, ARRAY, STRING, NUMBER, NULL = "object", "array", "string", "number", "null"
+SECTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "schema": (("integer",), "this contract's version"),
+    "run_id": ((STRING,), "the run's name"),
+    "started_at": ((STRING,), "UTC, when the run started"),
+    "ended_at": ((STRING,), "UTC, when the sending ended"),
+    "status": ((OBJECT,), "completed, failed or interrupted, why, and in which phase"),
+    "concurrent": ((OBJECT,), "the other runs and campaigns live on the run's machines"),
+    "accounted_again": ((OBJECT,), "when make account made the results from raw files"),
+    "faults": ((ARRAY,), "parts that exited, hung or were restarted"),
+    "watch": ((OBJECT,), "how the run watched its parts' progress"),
+    "teardown": ((OBJECT,), "what the teardown ended and what was left"),
+    "requested": ((OBJECT,), "the run as asked (the run request's fields)"),
+    "invocation": ((OBJECT,), "how the harness was started"),
+    "inputs": ((OBJECT,), "what the run read: data, model, jars, or a testbed's inventory"),
+    "rerun_of": ((STRING, NULL), "the run this one repeats (make rerun)"),
+    "placement": ((OBJECT,), "testbeds: which machine ran each part"),
+    "hypervisor": ((OBJECT,), "testbeds: the host's hypervisor as its agent found it"),
+    "readiness": ((OBJECT,), "every readiness check per machine"),
+    "cpu_latency": ((OBJECT,), "the CPU latency limit held, read back, or why not"),
+    "sched": ((OBJECT,), "the scheduler setting as applied and read back"),
+    "sched_at_end": ((OBJECT, ARRAY), "the same readback after the last record"),
+    "trace": ((OBJECT,), "TRACE=1: the trace's tool, clock and summary"),
+    "baseline": ((OBJECT,), "BASELINE=1: the noise floor's command, setting and summary"),
+    "noise": ((OBJECT,), "the neighbours and what they did"),
+    "job_cpus": ((OBJECT,), "bare: the CPUs the job was held to, read back"),
+    "guests": ((ARRAY,), "testbeds: every guest as the hypervisor had it"),
+    "flink_cluster": ((OBJECT,), "SCALE=cluster: the Flink session cluster"),
+    "cpu_per_part": ((OBJECT,), "bare: each part's CPU time while sending"),
+    "power": ((OBJECT,), "the power policy asked, read back, at the end"),
+    "rt_profile": ((OBJECT,), "each machine's real-time profile, read back"),
+    "energy": ((OBJECT,), "each window's joules, or why not available"),
+    "steal_while_sending": ((OBJECT,), "CPU time the hypervisor took while sending"),
+    "clock": ((OBJECT,), "the TSC calibration and where each stamp was taken"),
+    "counts": ((OBJECT, NULL), "every record sent, accounted for"),
+    "latency": ((OBJECT, NULL), "p50 … max over the measured records, ms"),
+    "latency_from_intended": ((OBJECT, NULL), "the same from the intended send time"),
+    "warmup_excluded_s": ((NUMBER,), "the warm-up left out of the statistics"),
+    "kafka": ((OBJECT,), "the broker's version, properties and JVM options"),
+    "clients": ((OBJECT,), "the producers' and consumer's Kafka settings"),
+    "job": ((OBJECT, NULL), "the job's settings as it started"),
+    "model": ((STRING, NULL), "the model's checksum"),
+    "host": ((OBJECT, NULL), "the machines' facts"),
+    "versions": ((OBJECT, NULL), "Python packages and librdkafka"),
+    "git": ((OBJECT,), "the controller's commit, and whether it was dirty"),
+    "files": ((OBJECT,), "the files this run has"),
+}
+PYTHON_TYPES = {
+    OBJECT: dict, ARRAY: (list, tuple), STRING: str, NULL: type(None), "integer": int,
+    NUMBER: (int, float),
+}  # fmt: skip
+
+
+def check_sections(meta: dict) -> None:
+    """ResultsError naming each key SECTIONS does not have, or a value not of its types."""
+    unknown = sorted(set(meta) - set(SECTIONS))
+    if unknown:
+        raise ResultsError(f"meta.json has no section {', '.join(unknown)} (results.SECTIONS)")
+    for key, value in meta.items():
+        types = SECTIONS[key][0]
+        if isinstance(value, bool) or not isinstance(value, tuple(PYTHON_TYPES[t] for t in types)):
+            raise ResultsError(f"meta.json {key} is {type(value).__name__}, not {'/'.join(types)}")
+
+
+def json_schema() -> dict:
+    """SECTIONS as a JSON Schema (docs/meta.schema.json), for users of the files."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"hvbench meta.json, schema {SCHEMA_VERSION}",
+        "type": "object",
+        "required": ["schema", "run_id", "requested", "status", "files"],
+        "additionalProperties": False,
+        "properties": {
+            key: {"type": list(types) if len(types) > 1 else types[0], "description": what}
+            for key, (types, what) in SECTIONS.items()
+        },
+    }
+
+
 class ResultsError(ValueError):
     """A run directory that cannot be used, with the reason."""
 
@@ -137,6 +219,7 @@ def write_run(
         files = _write_files(writing, samples, float_format, dead_letters, logs, raw)
         files |= _copy_files(writing, sched_trace=sched_trace, baseline=baseline, energy=energy)
         doc = {"schema": SCHEMA_VERSION, **meta, "files": files}
+        check_sections(doc)
         (writing / META).write_text(json.dumps(doc, indent=2, default=str) + "\n")
         _put_in_place(writing, directory)
     except BaseException:
@@ -245,6 +328,51 @@ def read_meta(directory: Path) -> dict:
     return upgrade(meta)
 
 
+def rewrite_meta(directory: Path, meta: dict) -> None:
+    """A written run's meta.json replaced whole (checked as write_run checks it; a file
+    renamed into place): for what is added to a run after it was written (its synthetic trace,
+    noise floor or energy)."""
+    doc = {**meta, "schema": SCHEMA_VERSION}
+    check_sections(doc)
+    path = Path(directory) / META
+    writing = path.with_name(f".{META}.{os.getpid()}")
+    writing.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    os.replace(writing, path)
+
+
+# results/<campaign>/campaign.json, a campaign's index: written by `make campaign`
+# (hvbench_harness.campaign.index), read by it to resume and by the report. 1: before the
+# version was recorded; 2: `version` recorded.
+CAMPAIGN_FILE = "campaign.json"
+CAMPAIGN_VERSION = 2
+
+
+def read_campaign_index(folder: Path) -> dict | None:
+    """A campaign's index in `folder`, as this version has it; None if there is none,
+    ResultsError if it cannot be read."""
+    path = Path(folder) / CAMPAIGN_FILE
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultsError(f"{CAMPAIGN_FILE} cannot be read: {e}") from None
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{CAMPAIGN_FILE} is not an object")
+    version = doc.get("version", 1)
+    if not isinstance(version, int) or not 1 <= version <= CAMPAIGN_VERSION:
+        raise ResultsError(f"{CAMPAIGN_FILE} has version {version!r}; this code reads 1..2")
+    return {**doc, "version": CAMPAIGN_VERSION}
+
+
+def write_campaign_index(folder: Path, doc: dict) -> None:
+    """The index written whole: a file renamed into place."""
+    path = Path(folder) / CAMPAIGN_FILE
+    writing = path.with_suffix(".json.tmp")
+    writing.write_text(json.dumps({**doc, "version": CAMPAIGN_VERSION}, indent=1) + "\n")
+    writing.replace(path)
+
+
 def read_samples(directory: Path) -> pd.DataFrame:
     """samples.csv's SAMPLE_COLUMNS (and those of OPTIONAL_COLUMNS it has), typed;
     ResultsError says what is wrong."""
@@ -273,3 +401,7 @@ def is_run(directory: Path) -> bool:
         and directory.is_dir()
         and ((directory / META).exists() or (directory / SAMPLES).exists())
     )
+
+
+if __name__ == "__main__":  # python -m hvbench_analysis.results: the JSON Schema of meta.json
+    print(json.dumps(json_schema(), indent=2, ensure_ascii=False))

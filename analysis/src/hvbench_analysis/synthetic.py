@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -171,7 +170,7 @@ def add_trace(directory: Path, slow: list[int], wait_ns: int) -> Path:
     """A scheduler trace (TRACE=1) for a run written above: the job's one thread is preempted
     when each record of `slow` (indices into samples.csv) is sent and runs again `wait_ns`
     later; the run's clock is a 1 GHz TSC from 0, so trace counts are the records' ns."""
-    meta = json.loads((directory / results.META).read_text())
+    meta = results.read_meta(directory)
     meta["clock"]["tsc"].update(base_ticks=0, base_ns=0, hz=1e9)
     sent = pd.read_csv(directory / results.SAMPLES)["sent_ns"].astype(np.int64)
     lines = []
@@ -183,7 +182,7 @@ def add_trace(directory: Path, slow: list[int], wait_ns: int) -> Path:
     meta["trace"] = {"clock": "x86-tsc", "threads": {"100": JOB_THREAD}, "lines": len(lines),
                      "dropped": 0}  # fmt: skip
     meta["files"]["sched_trace"] = results.SCHED_TRACE
-    (directory / results.META).write_text(json.dumps(meta, indent=2))
+    results.rewrite_meta(directory, meta)
     return directory
 
 
@@ -205,7 +204,7 @@ def add_baseline(directory: Path, latencies_us: np.ndarray) -> Path:
     """A noise floor (BASELINE=1) for a run written above: these timer wake-up latencies."""
     values = np.asarray(latencies_us, np.int64)
     pd.DataFrame({"latency_us": values}).to_csv(directory / results.BASELINE, index=False)
-    meta = json.loads((directory / results.META).read_text())
+    meta = results.read_meta(directory)
     p50, p99, p999 = np.percentile(values, [50, 99, 99.9], method="inverted_cdf")
     meta["baseline"] = {
         "tool": "cyclictest (rt-tests)",
@@ -215,15 +214,14 @@ def add_baseline(directory: Path, latencies_us: np.ndarray) -> Path:
         "max_us": int(values.max()),
     }
     meta["files"]["baseline"] = results.BASELINE
-    (directory / results.META).write_text(json.dumps(meta, indent=2))
+    results.rewrite_meta(directory, meta)
     return directory
 
 
 def add_energy(directory: Path, joules: float | None, seconds: float = 10.0) -> Path:
     """The run's meta.json `energy` as the harness writes it: a measured window of `joules`
     over `seconds` on one host with RAPL, per record measured; None: not available here."""
-    meta_file = directory / results.META
-    meta = json.loads(meta_file.read_text())
+    meta = results.read_meta(directory)
     if joules is None:
         reason = "powercap: /sys/class/powercap has no RAPL zone (intel-rapl:*)"
         host = {"available": False, "reason": reason}
@@ -237,5 +235,5 @@ def add_energy(directory: Path, joules: float | None, seconds: float = 10.0) -> 
         host = {"available": True, "source": "powercap", "domains": ["package-0"]}
         meta["energy"] = {"available": True, "hosts": {"host": host},
                           "windows": {"run": window, "measured": window}}  # fmt: skip
-    meta_file.write_text(json.dumps(meta))
+    results.rewrite_meta(directory, meta)
     return directory

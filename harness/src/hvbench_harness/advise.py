@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from hvbench_analysis import model as perf_model
+from hvbench_analysis import results as results_contract
 from hvbench_analysis.load import load_runs
 from hvbench_analysis.model import advice as advisor
 
@@ -123,7 +124,7 @@ def advise(args: argparse.Namespace) -> int:
         return 3
     results = Path(doc["source"]["results"])
     source = nearest_run(fitted, found)
-    meta = json.loads((results / source / "meta.json").read_text())
+    meta = results_contract.read_meta(results / source)
     values = confirming_values(meta, found)
     run_id = f"advice-{slug(slo, found)}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     record["confirm"] = {

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from hvbench_agent.neighbours import WORKLOAD
+from hvbench_analysis import results as results_contract
 
 from hvbench_harness.parts import RunError, tail
 from hvbench_harness.testbed import TestbedError
@@ -108,8 +109,10 @@ class WorkloadCopy:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             code = self.proc.wait()
-        meta_file = self.base / "results" / self.run_id / "meta.json"
-        meta = json.loads(meta_file.read_text()) if meta_file.exists() else None
+        try:
+            meta = results_contract.read_meta(self.base / "results" / self.run_id)
+        except results_contract.ResultsError:
+            meta = None  # it wrote none
         return {"exit_code": code, **copy_record(meta, seconds, tail(self.log))}
 
 
@@ -187,7 +190,7 @@ class RemoteWorkloadCopy:
         except TestbedError as e:
             return copy_record(None, seconds, f"it could not be stopped or read: {e}")
         try:
-            meta = json.loads(out) if out.strip() else None
-        except json.JSONDecodeError:
+            meta = results_contract.upgrade(json.loads(out)) if out.strip() else None
+        except (json.JSONDecodeError, results_contract.ResultsError, AttributeError):
             meta = None
         return copy_record(meta, seconds, "" if meta else self.read_log())

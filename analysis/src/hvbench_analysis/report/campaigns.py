@@ -11,6 +11,7 @@ from hvbench_analysis import (
 )
 from hvbench_analysis.load import Runs
 from hvbench_analysis.report.page import Page
+from hvbench_analysis.results import CAMPAIGN_FILE
 
 
 def campaign_section(page: Page, results: Path, tables_dir: Path, runs: Runs, picked: bool) -> None:
@@ -33,7 +34,7 @@ def campaign_section(page: Page, results: Path, tables_dir: Path, runs: Runs, pi
     absent = [run_id for run_id in campaign.done_run_ids(doc) if run_id not in known]
     if absent and not picked:
         page.raw(
-            f'<p class="flag">Done in {campaign.CAMPAIGN_FILE} but without a run directory '
+            f'<p class="flag">Done in {CAMPAIGN_FILE} but without a run directory '
             f"here: {html.escape(', '.join(absent))}</p>"
         )
     not_done = campaign.runs_not_done(doc)

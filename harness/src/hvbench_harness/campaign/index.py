@@ -3,10 +3,11 @@ headline figures, rewritten after each run, so that an interrupted campaign resu
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+
+from hvbench_analysis import results as results_contract
 
 from hvbench_harness.campaign.file import (
     OVERHEAD_S,
@@ -27,14 +28,14 @@ class Index:
 
     @classmethod
     def open(cls, campaign: Campaign, folder: Path, resume: bool) -> Index:
-        path = folder / "campaign.json"
+        path = folder / results_contract.CAMPAIGN_FILE
         if path.exists():
             if not resume:
                 raise CampaignError(
                     f"{folder} holds a campaign already: RESUME=1 continues it; to start "
                     "again, move that folder away"
                 )
-            doc = json.loads(path.read_text())
+            doc = results_contract.read_campaign_index(folder)
             if doc.get("definition") != campaign.definition:
                 raise CampaignError(
                     f"{campaign.file} changed since the campaign in {folder} started; a changed "
@@ -88,9 +89,7 @@ class Index:
 
     def save(self) -> None:
         self.doc["updated_at"] = now()
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.doc, indent=1) + "\n")
-        tmp.replace(self.path)
+        results_contract.write_campaign_index(self.path.parent, self.doc)
 
     def overhead_s(self, target: str) -> float:
         """Mean time a finished run took besides sending, measured in this campaign."""
