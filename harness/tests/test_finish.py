@@ -245,14 +245,14 @@ def test_an_update_in_place_that_fails_keeps_the_earlier_results(tmp_path, small
     """write_run replaces a run only whole: the earlier one stays if the new one fails."""
     folder = small_disk / "run"
     samples = pd.DataFrame({c: [1] for c in results_contract.SAMPLE_COLUMNS})
-    results_contract.write_run(folder, {"run_id": "run", "version": 1}, samples)
+    results_contract.write_run(folder, {"run_id": "run", "started_at": "1"}, samples)
     big = pd.concat([samples] * 20_000, ignore_index=True)
     with pytest.raises(OSError, match="No space left"):
-        results_contract.write_run(folder, {"run_id": "run", "version": 2}, big)
-    assert json.loads((folder / "meta.json").read_text())["version"] == 1
+        results_contract.write_run(folder, {"run_id": "run", "started_at": "2"}, big)
+    assert json.loads((folder / "meta.json").read_text())["started_at"] == "1"
     assert [p.name for p in small_disk.iterdir()] == ["run"]
-    results_contract.write_run(folder, {"run_id": "run", "version": 3}, samples)
-    assert json.loads((folder / "meta.json").read_text())["version"] == 3
+    results_contract.write_run(folder, {"run_id": "run", "started_at": "3"}, samples)
+    assert json.loads((folder / "meta.json").read_text())["started_at"] == "3"
 
 
 def test_accounting_again_is_refused_clearly_where_it_cannot_be_done(bare_run, tmp_path, capsys):
