@@ -96,7 +96,7 @@ def test_a_workload_copy_runs_where_the_guest_roles_install_it(small_data, small
     }.items():  # fmt: skip
         (install / link).parent.mkdir(parents=True, exist_ok=True)
         (install / link).symlink_to(target)
-    request = RunSpec.parse({"records": 120, "send_ms": 100.0})
+    request = RunSpec.parse({"records": 120, "send_ms": 100.0, "warmup": 1.0})
     copy = RemoteWorkloadCopy(Machine("neighbour"), request, str(install), str(tmp_path), "c-0")
     copy.start(patience_s=300)
     assert copy.alive() and copy.placement()["pid"] > 0

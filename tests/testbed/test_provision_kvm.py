@@ -432,8 +432,9 @@ def vcpu_sched(host, action: str, **settings) -> tuple[int, str, list[dict] | No
     readback = host[1].parent / f"sched-{action}.json"
     readback.unlink(missing_ok=True)
     args = ["-e", f"sched_action={action}", "-e", f"sched_readback_file={readback}"]
-    for key, value in settings.items():
-        args += ["-e", f"sched_{'name' if key == 'sched' else key}={value}"]
+    # the agent's options as they are, unchecked here: the host's own refusals are tested too
+    options = [word for key, value in settings.items() for word in (f"--{key}", str(value))]
+    args += ["-e", json.dumps({"sched_options": options})]
     code, out, _ = playbook(host, "sched.yml", *args)
     return code, out, every_vm(json.loads(readback.read_text())) if code == 0 else None
 
@@ -593,7 +594,7 @@ def test_a_workload_copy_runs_where_provisioning_installed_one(host, tmp_path):
     stopped with SIGTERM, what it measured read back and its files removed."""
     testbed = resolve(str(host[1]), tmp_path / "testbed.json")
     machine = testbed.messaging  # this machine over SSH, as provisioned
-    request = RunSpec.parse({"records": 120, "send_ms": 100.0})
+    request = RunSpec.parse({"records": 120, "send_ms": 100.0, "warmup": 1.0})
     run_id = f"copy-{tmp_path.parent.name}"
     copy = RemoteWorkloadCopy(machine, request, testbed.install_dir, testbed.work_dir, run_id)
     copy.start(patience_s=900)
