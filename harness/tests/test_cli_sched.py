@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hvbench_agent.sched import validate
 from hvbench_harness import cli
-from hvbench_harness.targets.host_scheduler import setting_options
+from hvbench_harness.testbed import setting_options
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -27,8 +27,7 @@ from pathlib import Path
 from hvbench_agent.sched import BACKEND_OF_TARGET, PARAM_NAMES, Refused, validate
 
 from hvbench_harness import inventory
-from hvbench_harness.targets.host_scheduler import setting_options
-from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target
+from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target, setting_options
 
 REPO = Path(__file__).resolve().parents[3]
 # Verbs that are a module's own command line: (module, what it does).

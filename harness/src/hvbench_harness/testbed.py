@@ -331,6 +331,14 @@ def check_guest_names(doc: dict) -> None:
         raise TestbedError(f"the testbed's inventory: {e}") from None
 
 
+def setting_options(setting) -> list[str]:
+    """A checked Setting as `hvbench-agent sched`'s options (its setting_arguments)."""
+    options = ["--sched", setting.sched]
+    for name, value in setting.params().items():
+        options += ["--" + name.removesuffix("_us"), str(value)]
+    return options
+
+
 def ansible_tool(name: str) -> str:
     """An Ansible command: the one installed beside this Python (the project's venv), else the
     one on PATH."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from hvbench_harness.testbed import Testbed, TestbedError, TestbedHost
+from hvbench_harness.testbed import Testbed, TestbedError, TestbedHost, setting_options
 
 
 class HostScheduler:
@@ -75,14 +75,6 @@ class HostScheduler:
 
     def reset(self) -> None:
         self._agent("reset")
-
-
-def setting_options(setting) -> list[str]:
-    """A checked Setting as `hvbench-agent sched`'s options (its setting_arguments)."""
-    options = ["--sched", setting.sched]
-    for name, value in setting.params().items():
-        options += ["--" + name.removesuffix("_us"), str(value)]
-    return options
 
 
 def merged(answers: list[tuple[TestbedHost, dict]]) -> dict:
