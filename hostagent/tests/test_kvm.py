@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hvbench_agent import cli
-from hvbench_agent.sched import Refused, Setting, kvm, linux
+from hvbench_agent.sched import Refused, Setting, deadline, kvm
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,9 +43,9 @@ def test_a_domain_or_pool_that_is_not_a_name_is_refused_before_any_tool_runs(arg
 
 
 def test_deadline_admission_is_per_partition(monkeypatch):
-    values = {linux.RT_RUNTIME_SYSCTL: 950_000, linux.RT_PERIOD_SYSCTL: 10**6}
-    monkeypatch.setattr(linux, "read_int", lambda path, default: values[path])
-    monkeypatch.setattr(linux, "_fair_server_bw", lambda ncpus: 0)
+    values = {deadline.RT_RUNTIME_SYSCTL: 950_000, deadline.RT_PERIOD_SYSCTL: 10**6}
+    monkeypatch.setattr(deadline, "read_int", lambda path, default: values[path])
+    monkeypatch.setattr(deadline, "_fair_server_bw", lambda ncpus: 0)
     # 2 vCPUs × 0.775 = 1.55 CPUs fit in 2 × 0.95; 1 vCPU × 1.0 does not fit in 0.95
     kvm._admission(Setting("deadline", 77500, 100000), 2, 2)
     with pytest.raises(Refused) as info:

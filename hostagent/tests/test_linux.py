@@ -1,4 +1,5 @@
-"""The linux backend (hvbench_agent.sched.linux) against the real kernel (as root, here).
+"""The linux backend (hvbench_agent.sched: linux.py, deadline.py, cgroup.py) on the real kernel
+(as root, here).
 
 Helper processes are plain `python -c` programs with named threads; every one is killed and
 every cgroup removed by fixture finalizers, also when a test fails. Deadline threads release
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from hvbench_agent.sched import Refused, validate
-from hvbench_agent.sched import linux as sched
+from hvbench_agent.sched import cgroup, deadline, linux
 
 # Worker threads named hvb-worker-<i> sleep in a loop; "pin" adds one thread restricted to CPU 0;
 # "long" adds one with a name longer than 15 characters. The main thread (hvb-main) answers
@@ -101,7 +102,7 @@ def start():
 @pytest.fixture
 def quotas():
     """Every CpuQuota made through this list is closed at teardown."""
-    made: list[sched.CpuQuota] = []
+    made: list[cgroup.CpuQuota] = []
     yield made
     for q in made:
         q.close()
@@ -113,7 +114,7 @@ def _policy(tid: int) -> int:
 
 
 def _workers(pid: int) -> list[int]:
-    return [tid for tid, _ in sched.threads_of(pid, [r"^hvb-worker-"])]
+    return [tid for tid, _ in deadline.threads_of(pid, [r"^hvb-worker-"])]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,23 +123,23 @@ def _workers(pid: int) -> list[int]:
 
 def test_threads_of_matches_truncated_comm(start):
     proc = start(HELPER, "3", "long")
-    assert [name for _, name in sched.threads_of(proc.pid, [r"^hvb-worker-"])] == [
+    assert [name for _, name in deadline.threads_of(proc.pid, [r"^hvb-worker-"])] == [
         "hvb-worker-0",
         "hvb-worker-1",
         "hvb-worker-2",
     ]
     # the kernel keeps 15 characters of a thread name
-    assert sched.threads_of(proc.pid, [r"^hvbench-very-lo$"])[0][1] == "hvbench-very-lo"
-    assert sched.threads_of(proc.pid, ["long-thread-name"]) == []
-    names = [name for _, name in sched.threads_of(proc.pid, ["^hvb-main$", "worker-1"])]
+    assert deadline.threads_of(proc.pid, [r"^hvbench-very-lo$"])[0][1] == "hvbench-very-lo"
+    assert deadline.threads_of(proc.pid, ["long-thread-name"]) == []
+    names = [name for _, name in deadline.threads_of(proc.pid, ["^hvb-main$", "worker-1"])]
     assert names == ["hvb-main", "hvb-worker-1"]
     with pytest.raises(ProcessLookupError):
-        sched.threads_of(2**22 + 1, [""])
+        deadline.threads_of(2**22 + 1, [""])
 
 
 def test_readback_none(start):
     proc = start(HELPER, "3")
-    rb = sched.readback_none(proc.pid)
+    rb = deadline.readback_none(proc.pid)
     assert rb["pid"] == proc.pid
     assert rb["threads"] == 4
     assert rb["policies"] == {"SCHED_OTHER": 4}
@@ -151,21 +152,21 @@ def test_readback_none(start):
 
 
 def test_check_permitted_deadline():
-    sched.check_permitted(
+    linux.check_permitted(
         validate("linux", "deadline", budget_us=5000, period_us=100000), threads=4
     )
-    sched.check_permitted(validate("linux", "none", budget_us=None, period_us=None))
+    linux.check_permitted(validate("linux", "none", budget_us=None, period_us=None))
     too_much = validate("linux", "deadline", budget_us=100000, period_us=100000)
     threads = (os.cpu_count() or 1) + 1
     with pytest.raises(Refused, match="admission control would refuse"):
-        sched.check_permitted(too_much, threads=threads)
+        linux.check_permitted(too_much, threads=threads)
 
 
 def test_apply_deadline_and_read_back(start):
     proc = start(HELPER, "3")
     tids = _workers(proc.pid)
     setting = validate("linux", "deadline", budget_us=5000, period_us=100000)
-    result = sched.apply_deadline(tids, setting)
+    result = deadline.apply_deadline(tids, setting)
     assert [r.tid for r in result] == tids
     for r in result:
         assert r.name.startswith("hvb-worker-")
@@ -173,8 +174,8 @@ def test_apply_deadline_and_read_back(start):
         assert (r.runtime_ns, r.deadline_ns, r.period_ns) == (5_000_000, 100_000_000, 100_000_000)
         assert r.reset_on_fork
         # the same seen through the stdlib, independent of our own readback
-        assert os.sched_getscheduler(r.tid) == sched.SCHED_DEADLINE | os.SCHED_RESET_ON_FORK
-    rb = sched.readback_none(proc.pid)
+        assert os.sched_getscheduler(r.tid) == deadline.SCHED_DEADLINE | os.SCHED_RESET_ON_FORK
+    rb = deadline.readback_none(proc.pid)
     assert rb["policies"] == {"SCHED_DEADLINE": 3, "SCHED_OTHER": 1}
 
 
@@ -182,14 +183,14 @@ def test_deadline_thread_can_spawn_only_with_reset_on_fork(start):
     setting = validate("linux", "deadline", budget_us=5000, period_us=100000)
     for reset_on_fork, answer in ((True, "spawned"), (False, "spawn-failed")):
         proc = start(HELPER, "1")
-        main = sched.threads_of(proc.pid, ["^hvb-main$"])[0][0]
-        sched.apply_deadline([main], setting, reset_on_fork=reset_on_fork)
+        main = deadline.threads_of(proc.pid, ["^hvb-main$"])[0][0]
+        deadline.apply_deadline([main], setting, reset_on_fork=reset_on_fork)
         proc.stdin.write("spawn\n")
         proc.stdin.flush()
         assert _readline(proc).startswith(answer)
         if reset_on_fork:
-            child = sched.threads_of(proc.pid, ["^hvb-child$"])[0][0]
-            assert _policy(child) == sched.SCHED_OTHER
+            child = deadline.threads_of(proc.pid, ["^hvb-child$"])[0][0]
+            assert _policy(child) == deadline.SCHED_OTHER
 
 
 def test_admission_refusal_restores_and_does_not_leak(start):
@@ -201,14 +202,14 @@ def test_admission_refusal_restores_and_does_not_leak(start):
     )  # one whole CPU per thread
     for _ in range(2):
         with pytest.raises(Refused) as info:
-            sched.apply_deadline(tids, full)
+            deadline.apply_deadline(tids, full)
         message = str(info.value)
         assert "admission control refused" in message
         assert "EBUSY" in message
         assert "restored" in message
-        assert all(_policy(tid) == sched.SCHED_OTHER for tid in tids)
+        assert all(_policy(tid) == deadline.SCHED_OTHER for tid in tids)
     # the rolled-back threads gave their bandwidth back: a whole CPU is still admitted
-    [rb] = sched.apply_deadline(tids[:1], full)
+    [rb] = deadline.apply_deadline(tids[:1], full)
     assert rb.policy == "SCHED_DEADLINE"
 
 
@@ -216,16 +217,16 @@ def test_restricted_affinity_is_refused_with_reason(start):
     if (os.cpu_count() or 1) < 2:
         pytest.skip("needs 2 CPUs: with 1 CPU a thread pinned to CPU 0 is not restricted")
     proc = start(HELPER, "1", "pin")
-    tids = [*_workers(proc.pid), sched.threads_of(proc.pid, ["^hvb-pinned$"])[0][0]]
+    tids = [*_workers(proc.pid), deadline.threads_of(proc.pid, ["^hvb-pinned$"])[0][0]]
     with pytest.raises(Refused, match=r"EPERM.*affinity") as info:
-        sched.apply_deadline(tids, validate("linux", "deadline", budget_us=5000, period_us=100000))
+        deadline.apply_deadline(tids, validate("linux", "deadline", budget_us=5000, period_us=100000))
     assert "restored 1 thread(s)" in str(info.value)
-    assert all(_policy(tid) == sched.SCHED_OTHER for tid in tids)
+    assert all(_policy(tid) == deadline.SCHED_OTHER for tid in tids)
 
 
 def test_apply_deadline_refuses_other_settings():
     with pytest.raises(ValueError, match="needs a SCHED=deadline setting"):
-        sched.apply_deadline(
+        deadline.apply_deadline(
             [os.getpid()], validate("linux", "cfs-quota", budget_us=5000, period_us=100000)
         )
 
@@ -235,12 +236,12 @@ def test_apply_deadline_refuses_other_settings():
 
 
 def _cgroup_names() -> set[str]:
-    controller = sched.find_cpu_controller()
+    controller = cgroup.find_cpu_controller()
     return {p.name for p in Path(controller[1]).iterdir()} if controller else set()
 
 
 def test_find_cpu_controller_on_this_machine():
-    controller = sched.find_cpu_controller()
+    controller = cgroup.find_cpu_controller()
     if controller is None:
         pytest.skip("no cpu cgroup controller mounted")
     version, path = controller
@@ -257,22 +258,22 @@ def test_find_cpu_controller_reads_v2_and_escaped_paths(tmp_path):
         "30 23 0:26 / /sys/fs/cgroup/cpuset rw,relatime shared:9 - cgroup cgroup rw,cpuset\n"
         f"31 23 0:27 / {escaped} rw,nosuid shared:10 - cgroup2 cgroup2 rw,nsdelegate\n"
     )
-    assert sched.find_cpu_controller(mountinfo) == (2, str(root))
+    assert cgroup.find_cpu_controller(mountinfo) == (2, str(root))
     (root / "cgroup.controllers").write_text("cpuset io\n")
-    assert sched.find_cpu_controller(mountinfo) is None
+    assert cgroup.find_cpu_controller(mountinfo) is None
     v1 = mountinfo + "32 23 0:28 / /x/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
-    assert sched.find_cpu_controller(v1) == (1, "/x/cpu,cpuacct")
+    assert cgroup.find_cpu_controller(v1) == (1, "/x/cpu,cpuacct")
 
 
 def test_check_permitted_cfs_quota_leaves_nothing():
     before = _cgroup_names()
-    sched.check_permitted(validate("linux", "cfs-quota", budget_us=10000, period_us=100000))
+    linux.check_permitted(validate("linux", "cfs-quota", budget_us=10000, period_us=100000))
     assert _cgroup_names() == before
 
 
 def test_cpu_quota_throttles_and_cleans_up(start, quotas):
     setting = validate("linux", "cfs-quota", budget_us=10000, period_us=100000)
-    quota = sched.CpuQuota(setting, run_id=f"test-{os.getpid()}")
+    quota = cgroup.CpuQuota(setting, run_id=f"test-{os.getpid()}")
     quotas.append(quota)
     path = Path(quota.path)
     assert path.is_dir()
@@ -294,8 +295,8 @@ def test_cpu_quota_throttles_and_cleans_up(start, quotas):
     quota.close()
     assert not path.exists()
     # the spinner is back in the root cgroup and still running
-    cgroup = Path(f"/proc/{proc.pid}/cgroup").read_text()
-    assert re.search(r"^\d+:[^:]*\bcpu\b[^:]*:/$|^0::/$", cgroup, re.M)
+    cgroups = Path(f"/proc/{proc.pid}/cgroup").read_text()
+    assert re.search(r"^\d+:[^:]*\bcpu\b[^:]*:/$|^0::/$", cgroups, re.M)
     assert proc.poll() is None
     quota.close()  # twice is fine
 
@@ -304,11 +305,11 @@ def test_cpu_quota_context_manager_and_existing_group(start):
     setting = validate("linux", "cfs-quota", budget_us=50000, period_us=100000)
     run_id = f"test-cm-{os.getpid()}"
     proc = start(HELPER, "2")
-    with sched.CpuQuota(setting, run_id) as quota:
+    with cgroup.CpuQuota(setting, run_id) as quota:
         quota.add(proc.pid)
         assert quota.readback()["tasks"] == 3
         with pytest.raises(Refused, match="already exists"):
-            sched.CpuQuota(setting, run_id)
+            cgroup.CpuQuota(setting, run_id)
         assert Path(quota.path).is_dir()  # the refused second one did not remove it
     assert not Path(quota.path).exists()
 
@@ -317,7 +318,7 @@ def test_cpu_quota_removed_when_body_fails(start):
     setting = validate("linux", "cfs-quota", budget_us=50000, period_us=100000)
     proc = start(SPINNER)
     run_id = f"test-err-{os.getpid()}"
-    with pytest.raises(RuntimeError, match="boom"), sched.CpuQuota(setting, run_id) as quota:
+    with pytest.raises(RuntimeError, match="boom"), cgroup.CpuQuota(setting, run_id) as quota:
         quota.add(proc.pid)
         raise RuntimeError("boom")
     assert not Path(quota.path).exists()
@@ -325,8 +326,8 @@ def test_cpu_quota_removed_when_body_fails(start):
 
 def test_cpu_quota_refuses_bad_input():
     with pytest.raises(ValueError, match="needs a SCHED=cfs-quota setting"):
-        sched.CpuQuota(validate("linux", "deadline", budget_us=5000, period_us=100000), "x")
+        cgroup.CpuQuota(validate("linux", "deadline", budget_us=5000, period_us=100000), "x")
     with pytest.raises(ValueError, match="run_id"):
-        sched.CpuQuota(
+        cgroup.CpuQuota(
             validate("linux", "cfs-quota", budget_us=5000, period_us=100000), "../escape"
         )

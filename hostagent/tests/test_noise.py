@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hvbench_agent import noise
 from hvbench_agent.sched import Setting
-from hvbench_agent.sched.linux import readback_threads
+from hvbench_agent.sched.deadline import readback_threads
 
 
 def test_the_command_takes_the_runs_cpu_latency_limit_or_none():

@@ -524,8 +524,8 @@ def test_deadline_on_a_pinned_vcpu_is_refused_without_a_partition(host):
     tid = readbacks[0]["vcpus"][0]["tid"]
     with rt_throttling_on(host):
         probe = host[0].ssh(
-            "/opt/hvbench-agent/bin/python -c 'from hvbench_agent.sched import linux, Setting; "
-            f'linux.apply_deadline([{tid}], Setting("deadline", 50000, 100000))\'',
+            "/opt/hvbench-agent/bin/python -c 'from hvbench_agent.sched import deadline, Setting; "
+            f'deadline.apply_deadline([{tid}], Setting("deadline", 50000, 100000))\'',
             check=False,
         )
     assert probe.returncode != 0 and "(EPERM)" in probe.stderr, probe.stderr

@@ -18,10 +18,12 @@ letters; on Xen also the domain's type (pv, pvh, hvm) from `xl list -l`.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
+from .sched import xen
+from .sched import xl as xl_tool
 from .sched.base import Refused
+from .sched.xl import xl
 
 HELD = ("absent", "shutdown", "paused", "running")
 XEN_CONFIG_DIR = Path("/etc/xen")
@@ -98,16 +100,6 @@ def hold_kvm(name: str, state: str) -> None:
 # Xen: xl
 
 
-def xl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    try:
-        proc = subprocess.run(["xl", *args], capture_output=True, text=True)
-    except FileNotFoundError:
-        raise Refused("no xl here: this is not a Xen host's dom0") from None
-    if check and proc.returncode != 0:
-        raise Refused(f"xl {' '.join(args)}: {(proc.stderr or proc.stdout).strip()[-500:]}")
-    return proc
-
-
 def xen_states(letters: str) -> str:
     """`xl list`'s state column (r, b, p, s, c, d; '-' where not set) as one word."""
     if "p" in letters:
@@ -120,14 +112,12 @@ def xen_states(letters: str) -> str:
 
 
 def read_xen(name: str) -> dict:
-    listed = xl("list", name, check=False)
+    listed = xl_tool.run("list", name)
     if listed.returncode != 0:
         return {"name": name, "state": "shut off", "xl_state": None, "type": None}
     row = listed.stdout.strip().splitlines()[-1].split()
     # Name ID Mem VCPUs State Time(s)
-    from .sched import xen
-
-    detail = json.loads(xl("list", "-l", name).stdout or "[]")
+    detail = json.loads(xl("list", "-l", name) or "[]")
     c_info = (detail[0].get("config", {}).get("c_info", {})) if detail else {}
     return {
         "name": name,

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import energy, rtprofile
-from .sched.xen import parse_colon_list, parse_table
+from .sched.xl import parse_colon_list, parse_table
 
 CPU = Path("/sys/devices/system/cpu")
 

@@ -36,7 +36,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .sched.base import Refused, Setting
-from .sched.linux import CpuQuota, apply_deadline, readback_threads, threads_of
+from .sched.cgroup import CpuQuota
+from .sched.deadline import apply_deadline, readback_threads, threads_of
 
 INTERVAL_US = 1000
 MARGIN_WAKEUPS = 20  # left out after the setting applied, so none straddles the change

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sched.xen import cpu_list as xen_cpu_list
+from .sched.xl import cpu_list as xen_cpu_list
 
 CONFIG = Path("/etc/hvbench/rt-profile.json")  # {"isolated": [2, 3], "boot": true}
 STATE = Path("/run/hvbench/rt-profile.json")  # what apply could not do, until the next boot

@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 
 from .sched.base import Refused
-from .sched.linux import write_file
+from .sched.sysfs import write_file
 
 TRACEFS = Path("/sys/kernel/tracing")
 EVENTS = ("sched/sched_switch", "sched/sched_wakeup")

@@ -11,7 +11,8 @@ from pathlib import Path
 from hvbench_agent import facts as agent_facts
 from hvbench_agent import neighbours, noise, tuning
 from hvbench_agent.sched import Setting
-from hvbench_agent.sched.linux import LinuxScheduler, threads_of
+from hvbench_agent.sched.deadline import threads_of
+from hvbench_agent.sched.linux import LinuxScheduler
 from hvbench_agent.trace import SchedTrace
 from hvbench_analysis.results import BASELINE
 from hvbench_load.broker import HUNG, KafkaBroker, KafkaCluster

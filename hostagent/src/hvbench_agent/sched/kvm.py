@@ -37,9 +37,9 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from . import linux
+from . import deadline, sysfs
 from .base import Refused, Setting, read_int
-from .linux import RT_PERIOD_SYSCTL, RT_RUNTIME_SYSCTL
+from .deadline import RT_PERIOD_SYSCTL, RT_RUNTIME_SYSCTL
 
 STATE_FILE = Path("/var/lib/hvbench/vcpu-sched.json")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -118,11 +118,11 @@ def _set_cpus(cgroup: Path, cpus: str) -> None:
     # Written directly: neither a systemd daemon-reload nor a libvirtd restart rewrites it
     # (checked on Debian 12). systemctl set-property AllowedCPUs= would, but it cannot give
     # back an empty value either.
-    linux.write_file(cgroup / "cpuset.cpus", cpus)
+    sysfs.write_file(cgroup / "cpuset.cpus", cpus)
 
 
 def _set_partition(cgroup: Path, value: str) -> None:
-    linux.write_file(cgroup / "cpuset.cpus.partition", value)
+    sysfs.write_file(cgroup / "cpuset.cpus.partition", value)
     state = _read(cgroup / "cpuset.cpus.partition")
     if state != value:
         raise Refused(f"{cgroup}: cpuset.cpus.partition is {state!r} after writing {value!r}")
@@ -139,7 +139,7 @@ def readback(dom) -> dict:
     pins = vcpu_pins(dom)
     vcpus = []
     for index, tid in threads:
-        rb = linux.readback_threads([tid])
+        rb = deadline.readback_threads([tid])
         cgroup = _cgroup_v2_path(tid)
         vcpus.append(
             {
@@ -202,7 +202,7 @@ def _admission(setting: Setting, vcpus: int, partition_cpus: int) -> None:
     """The kernel's deadline admission test for the VM's own root domain (the partition,
     new and so holding no other deadline thread)."""
     assert setting.budget_us is not None and setting.period_us is not None
-    refusal = linux.admission_refusal(
+    refusal = deadline.admission_refusal(
         setting.budget_us,
         setting.period_us,
         "vCPU(s)",
@@ -299,7 +299,7 @@ def apply(doms, setting: Setting) -> list[dict]:
 
 def _keep_nice(state: dict, tid: int) -> None:
     """Record a vCPU thread's nice value (reset puts it back) before its policy changes."""
-    nice = linux.sched_getattr(tid).sched_nice
+    nice = deadline.sched_getattr(tid).sched_nice
     state["changed"].append({"tid": tid, "tgid": _tgid(tid), "nice": nice})
     _save_state(state)
 
@@ -342,7 +342,7 @@ def _apply_deadline(doms, setting: Setting, state: dict) -> None:
     tids = [tid for found in threads.values() for _, tid in found]
     for tid in tids:
         _keep_nice(state, tid)
-    linux.apply_deadline(tids, setting)
+    deadline.apply_deadline(tids, setting)
 
 
 def _tgid(tid: int) -> int | None:
@@ -370,8 +370,8 @@ def reset() -> None:
         if _tgid(tid) != thread["tgid"]:
             continue
         with contextlib.suppress(ProcessLookupError):
-            if linux.sched_getattr(tid).sched_policy == linux.SCHED_DEADLINE:
-                linux.restore_other(tid, thread["nice"])
+            if deadline.sched_getattr(tid).sched_policy == deadline.SCHED_DEADLINE:
+                deadline.restore_other(tid, thread["nice"])
             else:
                 os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
                 os.setpriority(os.PRIO_PROCESS, tid, thread["nice"])

@@ -46,11 +46,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import time
 
 from .base import CREDIT_DEFAULT_WEIGHT, Refused, Setting, check_pool_params
+from .xl import cpu_list, parse_colon_list, parse_table, xl
 
 # What a domain starts with, and what `reset` puts back.
 DEFAULTS = {
@@ -77,39 +77,7 @@ RTDS_CPU_REMOVAL = (
 
 
 # ---------------------------------------------------------------------------------------------
-# xl and what it prints
-
-
-def xl(*args: str) -> str:
-    result = subprocess.run(["xl", *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        message = (result.stderr.strip() or result.stdout.strip()).splitlines()
-        raise Refused(f"xl {' '.join(args)}: {message[-1] if message else 'failed'}")
-    return result.stdout
-
-
-def parse_colon_list(text: str) -> dict[str, str]:
-    """`xl info`: one "key : value" per line."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
-
-
-def parse_table(text: str) -> list[dict[str, str]]:
-    """A table as xl prints them: a header line of column names, then one row per line. Lines
-    before the header (such as "Cpupool hvbench-rt: sched=RTDS") are skipped. The first column
-    (a name) may not contain spaces."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    for i, line in enumerate(lines):
-        if line.startswith("Name"):
-            # "Domain count" and "CPU list" are two words for one column
-            header = re.sub(r"Domain count|CPU list", lambda m: m[0].replace(" ", "_"), line)
-            header = header.split()
-            return [dict(zip(header, row.split(), strict=False)) for row in lines[i + 1 :]]
-    return []
+# pools and domains, as xl reports them
 
 
 def pools() -> dict[str, dict]:
@@ -124,17 +92,6 @@ def pools() -> dict[str, dict]:
             "domains": int(row["Domain_count"]),
         }
     return out
-
-
-def cpu_list(text: str) -> list[int]:
-    cpus: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            first, last = part.split("-")
-            cpus.extend(range(int(first), int(last) + 1))
-        elif part.strip():
-            cpus.append(int(part))
-    return cpus
 
 
 def domains() -> dict[str, dict]:
