@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hvbench_agent.sched import Refused, validate
-from hvbench_agent.sched import cgroup, deadline, linux
+from hvbench_agent.sched import Refused, cgroup, deadline, linux, validate
 
 # Worker threads named hvb-worker-<i> sleep in a loop; "pin" adds one thread restricted to CPU 0;
 # "long" adds one with a name longer than 15 characters. The main thread (hvb-main) answers
@@ -219,7 +218,9 @@ def test_restricted_affinity_is_refused_with_reason(start):
     proc = start(HELPER, "1", "pin")
     tids = [*_workers(proc.pid), deadline.threads_of(proc.pid, ["^hvb-pinned$"])[0][0]]
     with pytest.raises(Refused, match=r"EPERM.*affinity") as info:
-        deadline.apply_deadline(tids, validate("linux", "deadline", budget_us=5000, period_us=100000))
+        deadline.apply_deadline(
+            tids, validate("linux", "deadline", budget_us=5000, period_us=100000)
+        )
     assert "restored 1 thread(s)" in str(info.value)
     assert all(_policy(tid) == deadline.SCHED_OTHER for tid in tids)
 
