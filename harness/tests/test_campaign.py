@@ -41,12 +41,15 @@ FAKE = textwrap.dedent(
     rate = 6000 / float(a.period_ms or 100)
     out = pathlib.Path(a.results) / a.run_id
     out.mkdir(parents=True)
+    counts = {"sent": 1, "received": 1, "dead_lettered": 0, "missing": 0, "duplicated": 0,
+              "foreign_results": 0, "foreign_dead_letters": 0, "contradictions": 0,
+              "dead_letters_lost": 0, "accounted": True}
     meta = {"run_id": a.run_id, "requested": {"rep": int(a.rep), "campaign": a.campaign},
-            "counts": {"accounted": True}, "latency": {"p99_ms": rate / 10}}
+            "counts": counts, "latency": {"n": 1, "p99_ms": rate / 10}}
     if a.budget == "77777":
         meta["schema"] = 3
         meta["status"] = {"state": "failed", "reason": "Kafka is gone", "phase": "sending"}
-        meta["counts"] = {"accounted": False}
+        meta["counts"] = {**counts, "received": 0, "missing": 1, "accounted": False}
     (out / "meta.json").write_text(json.dumps(meta))
     sys.exit(1 if a.budget == "77777" else 0)
     """

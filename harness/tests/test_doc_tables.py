@@ -19,13 +19,40 @@ def test_the_campaign_readme_lists_every_campaign_setting():
     assert "`rate`" in text
 
 
-def test_results_md_names_every_requested_field():
+def test_results_md_names_every_key_of_the_typed_sections():
+    """Each section of sections.py (`requested`: the run request's fields) has its every key,
+    its nested sections' too, named in its row of the meta.json table."""
+    from hvbench_analysis import results, sections
+
+    rows = meta_json_rows()
+    for name, (kind, _) in results.SECTIONS.items():
+        keys = named_keys(sections.schema_of(kind))
+        if keys:
+            # "every scheduler parameter" names the scheduler's (the agent's table) at once
+            missing = keys - rows[name] - set(PARAM_NAMES)
+            assert missing == set(), f"docs/results.md `{name}` lacks {sorted(missing)}"
+
+
+def meta_json_rows() -> dict[str, set[str]]:
+    """docs/results.md's meta.json table: each key of the first cell → the names its row
+    gives in backticks."""
     text = (REPO / "docs/results.md").read_text()
-    (row,) = [line for line in text.splitlines() if line.startswith("| `requested` |")]
-    named = set(re.findall(r"`([a-z_0-9]+)`", row))
-    # "every scheduler parameter" names the scheduler's (the agent's table) at once
-    missing = {f.requested for f in spec.FIELDS} - named - set(PARAM_NAMES)
-    assert missing == set(), f"docs/results.md `requested` lacks {sorted(missing)}"
+    part = text[text.index("| key | what |", text.index("## meta.json")) :]
+    rows = {}
+    for line in part[: part.index("\n\n")].splitlines()[2:]:
+        named = set(re.findall(r"`([a-z_0-9.]+)`", line))
+        for key in re.findall(r"`([a-z_]+)`", line.split("|")[1]):
+            rows[key] = named
+    return rows
+
+
+def named_keys(schema) -> set[str]:
+    """Every key a JSON Schema's objects name, nested ones included."""
+    if isinstance(schema, list):
+        return set().union(*map(named_keys, schema))
+    if not isinstance(schema, dict):
+        return set()
+    return set(schema.get("properties", {})).union(*map(named_keys, schema.values()))
 
 
 def scheduler_rows() -> dict[tuple[str, str], set[str]]:
@@ -53,13 +80,7 @@ def test_the_schedulers_table_has_every_scheduler_and_its_parameters():
 def test_results_md_has_a_row_for_every_section_of_meta_json():
     from hvbench_analysis import results
 
-    text = (REPO / "docs/results.md").read_text()
-    part = text[text.index("| key | what |", text.index("## meta.json")) :]
-    table = part[: part.index("\n\n")]
-    named = {
-        k for line in table.splitlines()[2:] for k in re.findall(r"`([a-z_]+)`", line.split("|")[1])
-    }
-    assert named == set(results.SECTIONS)
+    assert set(meta_json_rows()) == set(results.SECTIONS)
 
 
 def test_the_json_schema_of_meta_json_is_the_one_exported():

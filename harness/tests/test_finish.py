@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from hvbench_agent import tuning
 from hvbench_analysis import results as results_contract
+from hvbench_analysis import sections
 from hvbench_harness import accounting, rawfiles, rerun
 from hvbench_harness import finish as finishing
 from hvbench_harness import run as harness
@@ -147,6 +148,26 @@ def test_a_finished_run_is_accounted_and_its_work_folder_goes(bare_run):
     assert not work.exists()
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_sections_the_harness_writes_read_back_as_written(fails, bare_run, monkeypatch):
+    """Each section of sections.py in the run's meta.json, read and written again, is the same
+    text, keys in order: the harness builds them there (a failed run's status too)."""
+    if fails:
+        monkeypatch.setattr(accounting, "account", lambda *_: 1 / 0)
+    finish(bare_run)
+    written = json.loads((bare_run[3] / "meta.json").read_text())
+    found = set()
+    for key, (kind, _) in results_contract.SECTIONS.items():
+        for cls in sections.options(kind):
+            if issubclass(cls, sections.Section) and written.get(key) is not None:
+                again = cls.from_json(written[key], key, strict=True).to_json()
+                assert json.dumps(again) == json.dumps(written[key]), key
+                found.add(key)
+    statistics = set() if fails else {"counts", "latency", "latency_from_intended"}
+    assert found == {"requested", "status", "clock", "energy", *statistics}
+    assert ("before" in written["status"]) == fails
+
+
 @pytest.mark.parametrize("sending_ended", ["completed", "failed"])
 def test_an_accounting_failure_writes_the_run_failed_with_its_raw_files_and_it_is_accounted_again(
     sending_ended, bare_run, accounting_fails, monkeypatch, capsys
@@ -269,14 +290,10 @@ def test_accounting_again_is_refused_clearly_where_it_cannot_be_done(bare_run, t
 def test_the_energy_per_record_comes_with_the_counts():
     """The meter's summary is taken before accounting: each window's records and joules per
     record are filled in from the counts, never guessed where a window was not reached."""
-    energy = {
-        "available": True,
-        "windows": {
-            "run": {"joules": 300.0, "records": None, "joules_per_record": None},
-            "measured": None,
-        },
-    }
+    run = {"from": "sending", "to": "sent", "seconds": 10.0, "joules": 300.0, "mean_w": 30.0,
+           "records": None, "joules_per_record": None}  # fmt: skip
+    energy = {"available": True, "hosts": {}, "windows": {"run": run, "measured": None}}
     filled = rawfiles.with_records(energy, {"run": 1200, "measured": 1100})
-    assert filled["windows"]["run"] == {"joules": 300.0, "records": 1200, "joules_per_record": 0.25}
+    assert filled["windows"]["run"] == {**run, "records": 1200, "joules_per_record": 0.25}
     assert filled["windows"]["measured"] is None
     assert energy["windows"]["run"]["records"] is None  # the meter's own summary is left as it was

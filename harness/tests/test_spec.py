@@ -5,6 +5,7 @@ import dataclasses
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,17 @@ def test_make_refuses_an_unknown_variable_before_anything_runs():
     assert proc.returncode != 0
     assert "unknown variable RECORD (did you mean RECORDS?)" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_the_table_needs_the_standard_library_alone():
+    """The Makefile runs spec with the system python3 before the venv exists: spec and its
+    table (hvbench_analysis.fields) import nothing but the standard library (-S: no
+    site-packages)."""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": "harness/src:analysis/src"}
+    command = [sys.executable, "-S", "-m", "hvbench_harness.spec", "check-make", "Makefile"]
+    proc = subprocess.run([*command, "RECORD"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert (proc.returncode, proc.stderr) == (1, "")
+    assert proc.stdout.startswith("unknown variable RECORD (did you mean RECORDS?)")
 
 
 def test_make_help_lists_the_targets_and_the_run_variables():

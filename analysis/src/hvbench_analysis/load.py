@@ -25,6 +25,7 @@ import pandas as pd
 
 from hvbench_analysis import results, stages
 from hvbench_analysis.labels import config_label, number_repetitions, setup_labels
+from hvbench_analysis.sections import Clock, Counts, present
 from hvbench_analysis.tags import (
     FLAGS,
     NUMERIC_TAGS,
@@ -106,25 +107,26 @@ def read_run(directory: Path, include_warmup: bool) -> tuple[dict, pd.DataFrame]
 
 def job_clock(meta: dict) -> dict | None:
     """What the run knows of the job's clock (meta.json clock.job), or None."""
-    relation = (meta.get("clock") or {}).get("job")
-    return relation if isinstance(relation, dict) else None
+    clock = Clock.of(meta, "clock")
+    return present(clock.job) if clock is not None else None
 
 
 def facts(meta: dict) -> dict:
     """What the report says about a run: status, counts, clock, scheduler settings read back,
     faults, quality flags and problems."""
-    counts = meta.get("counts") or {}
-    tsc = (meta.get("clock") or {}).get("tsc") or {}
+    counts = Counts.of(meta, "counts")
+    clock = Clock.of(meta, "clock")
+    tsc = present(clock.tsc, {}) if clock is not None else {}
     status = status_of(meta)
     return {
         "state": status["state"],
         "reason": status["reason"],
-        "sent": counts.get("sent"),
-        "received": counts.get("received"),
-        "missing": counts.get("missing"),
-        "duplicated": counts.get("duplicated"),
-        "dead_lettered": counts.get("dead_lettered"),
-        "accounted": bool(counts.get("accounted", False)),
+        "sent": counts.sent if counts else None,
+        "received": counts.received if counts else None,
+        "missing": counts.missing if counts else None,
+        "duplicated": counts.duplicated if counts else None,
+        "dead_lettered": counts.dead_lettered if counts else None,
+        "accounted": bool(counts and counts.accounted),
         "clock": tsc.get("clock") or ("TSC" if tsc else None),
         "tsc_hz": tsc.get("hz"),
         "tsc_source": tsc.get("source"),

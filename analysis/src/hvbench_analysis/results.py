@@ -2,9 +2,11 @@
 
 docs/results.md describes every file and field. Everything that writes a run (the harness, the
 synthetic test data) goes through `write_run`; everything that reads one (the report, campaigns,
-`make rerun`) through `read_meta` / `read_samples`. `meta.json` carries `schema`, the version
-of this contract; a run written before the version was recorded is version 1 and is upgraded
-when read, so old results still load.
+`make rerun`) through `read_meta` / `read_samples`. Both check meta.json against SECTIONS, whose
+main sections are the dataclasses of sections.py: the writers build them there and the readers
+pick their fields there. `meta.json` carries `schema`, the version of this contract; a run
+written before the version was recorded is version 1 and is upgraded when read, so old results
+still load.
 
     write_run(folder, meta, samples, dead_letters=..., logs=[...])
     meta = read_meta(folder)              # upgraded to SCHEMA_VERSION
@@ -19,6 +21,19 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+
+from hvbench_analysis import sections
+from hvbench_analysis.sections import (
+    Clock,
+    Counts,
+    Energy,
+    Latency,
+    Power,
+    Requested,
+    ResultsError,
+    Sched,
+    Status,
+)
 
 # 1: runs before the version was recorded. 2: `schema` recorded; `requested` names every
 # scheduler parameter (budget_us, period_us, priority, extratime, weight, cap), None where unset.
@@ -71,7 +86,7 @@ SETTING_KEYS = ("budget_us", "period_us", "priority", "extratime", "weight", "ca
 # contradictions and lost dead letters are problems.
 COUNT_KEYS_3 = ("foreign_results", "foreign_dead_letters", "contradictions", "dead_letters_lost")
 # Every run before version 3 that wrote a meta.json had completed.
-COMPLETED = {"state": "completed", "reason": None, "phase": None}
+COMPLETED = Status(state="completed", reason=None, phase=None)
 
 # What the analysis reads of samples.csv (one row per record sent; the harness writes more).
 SAMPLE_COLUMNS = (
@@ -99,71 +114,68 @@ DTYPES = {
 }
 
 
-# meta.json's sections: each key a run may write, the JSON types its value takes and what it
-# says (docs/results.md explains each; a test keeps the two equal). write_run refuses a key
-# that is not here, or a value of another type; `schema` exports them as a JSON Schema.
-OBJECT, ARRAY, STRING, NUMBER, NULL = "object", "array", "string", "number", "null"
-SECTIONS: dict[str, tuple[tuple[str, ...], str]] = {
-    "schema": (("integer",), "this contract's version"),
-    "run_id": ((STRING,), "the run's name"),
-    "started_at": ((STRING,), "UTC, when the run started"),
-    "ended_at": ((STRING,), "UTC, when the sending ended"),
-    "status": ((OBJECT,), "completed, failed or interrupted, why, and in which phase"),
-    "concurrent": ((OBJECT,), "the other runs and campaigns live on the run's machines"),
-    "accounted_again": ((OBJECT,), "when make account made the results from raw files"),
-    "faults": ((ARRAY,), "parts that exited, hung or were restarted"),
-    "watch": ((OBJECT,), "how the run watched its parts' progress"),
-    "teardown": ((OBJECT,), "what the teardown ended and what was left"),
-    "requested": ((OBJECT,), "the run as asked (the run request's fields)"),
-    "invocation": ((OBJECT,), "how the harness was started"),
-    "inputs": ((OBJECT,), "what the run read: data, model, jars, or a testbed's inventory"),
-    "rerun_of": ((STRING, NULL), "the run this one repeats (make rerun)"),
-    "placement": ((OBJECT,), "testbeds: which machine ran each part"),
-    "hypervisor": ((OBJECT,), "testbeds: the host's hypervisor as its agent found it"),
-    "readiness": ((OBJECT,), "every readiness check per machine"),
-    "cpu_latency": ((OBJECT,), "the CPU latency limit held, read back, or why not"),
-    "sched": ((OBJECT,), "the scheduler setting as applied and read back"),
-    "sched_at_end": ((OBJECT, ARRAY), "the same readback after the last record"),
-    "trace": ((OBJECT,), "TRACE=1: the trace's tool, clock and summary"),
-    "baseline": ((OBJECT,), "BASELINE=1: the noise floor's command, setting and summary"),
-    "noise": ((OBJECT,), "the neighbours and what they did"),
-    "job_cpus": ((OBJECT,), "bare: the CPUs the job was held to, read back"),
-    "guests": ((ARRAY,), "testbeds: every guest as the hypervisor had it"),
-    "flink_cluster": ((OBJECT,), "SCALE=cluster: the Flink session cluster"),
-    "cpu_per_part": ((OBJECT,), "bare: each part's CPU time while sending"),
-    "power": ((OBJECT,), "the power policy asked, read back, at the end"),
-    "rt_profile": ((OBJECT,), "each machine's real-time profile, read back"),
-    "energy": ((OBJECT,), "each window's joules, or why not available"),
-    "steal_while_sending": ((OBJECT,), "CPU time the hypervisor took while sending"),
-    "clock": ((OBJECT,), "the TSC calibration and where each stamp was taken"),
-    "counts": ((OBJECT, NULL), "every record sent, accounted for"),
-    "latency": ((OBJECT, NULL), "p50 … max over the measured records, ms"),
-    "latency_from_intended": ((OBJECT, NULL), "the same from the intended send time"),
-    "warmup_excluded_s": ((NUMBER,), "the warm-up left out of the statistics"),
-    "kafka": ((OBJECT,), "the broker's version, properties and JVM options"),
-    "clients": ((OBJECT,), "the producers' and consumer's Kafka settings"),
-    "job": ((OBJECT, NULL), "the job's settings as it started"),
-    "model": ((STRING, NULL), "the model's checksum"),
-    "host": ((OBJECT, NULL), "the machines' facts"),
-    "versions": ((OBJECT, NULL), "Python packages and librdkafka"),
-    "git": ((OBJECT,), "the controller's commit, and whether it was dirty"),
-    "files": ((OBJECT,), "the files this run has"),
+# meta.json's sections: each key a run may write, the type of its value (its JSON types; a
+# section of sections.py, checked key by key) and what it says (docs/results.md explains each;
+# a test keeps the two equal). write_run refuses a key that is not here, or a value of another
+# type; `schema` exports them as a JSON Schema.
+SECTIONS: dict[str, tuple[object, str]] = {
+    "schema": (int, "this contract's version"),
+    "run_id": (str, "the run's name"),
+    "started_at": (str, "UTC, when the run started"),
+    "ended_at": (str, "UTC, when the sending ended"),
+    "status": (Status, "completed, failed or interrupted, why, and in which phase"),
+    "concurrent": (dict, "the other runs and campaigns live on the run's machines"),
+    "accounted_again": (dict, "when make account made the results from raw files"),
+    "faults": (list, "parts that exited, hung or were restarted"),
+    "watch": (dict, "how the run watched its parts' progress"),
+    "teardown": (dict, "what the teardown ended and what was left"),
+    "requested": (Requested, "the run as asked (the run request's fields)"),
+    "invocation": (dict, "how the harness was started"),
+    "inputs": (dict, "what the run read: data, model, jars, or a testbed's inventory"),
+    "rerun_of": (str | None, "the run this one repeats (make rerun)"),
+    "placement": (dict, "testbeds: which machine ran each part"),
+    "hypervisor": (dict, "testbeds: the host's hypervisor as its agent found it"),
+    "readiness": (dict, "every readiness check per machine"),
+    "cpu_latency": (dict, "the CPU latency limit held, read back, or why not"),
+    "sched": (Sched, "the scheduler setting as applied and read back"),
+    "sched_at_end": (dict | list, "the same readback after the last record"),
+    "trace": (dict, "TRACE=1: the trace's tool, clock and summary"),
+    "baseline": (dict, "BASELINE=1: the noise floor's command, setting and summary"),
+    "noise": (dict, "the neighbours and what they did"),
+    "job_cpus": (dict, "bare: the CPUs the job was held to, read back"),
+    "guests": (list, "testbeds: every guest as the hypervisor had it"),
+    "flink_cluster": (dict, "SCALE=cluster: the Flink session cluster"),
+    "cpu_per_part": (dict, "bare: each part's CPU time while sending"),
+    "power": (Power, "the power policy asked, read back, at the end"),
+    "rt_profile": (dict, "each machine's real-time profile, read back"),
+    "energy": (Energy, "each window's joules, or why not available"),
+    "steal_while_sending": (dict, "CPU time the hypervisor took while sending"),
+    "clock": (Clock, "the TSC calibration and where each stamp was taken"),
+    "counts": (Counts | None, "every record sent, accounted for"),
+    "latency": (Latency | None, "p50 … max over the measured records, ms"),
+    "latency_from_intended": (Latency | None, "the same from the intended send time"),
+    "warmup_excluded_s": (float, "the warm-up left out of the statistics"),
+    "kafka": (dict, "the broker's version, properties and JVM options"),
+    "clients": (dict, "the producers' and consumer's Kafka settings"),
+    "job": (dict | None, "the job's settings as it started"),
+    "model": (str | None, "the model's checksum"),
+    "host": (dict | None, "the machines' facts"),
+    "versions": (dict | None, "Python packages and librdkafka"),
+    "git": (dict, "the controller's commit, and whether it was dirty"),
+    "files": (dict, "the files this run has"),
 }
-PYTHON_TYPES = {
-    OBJECT: dict, ARRAY: (list, tuple), STRING: str, NULL: type(None), "integer": int,
-    NUMBER: (int, float),
-}  # fmt: skip
 
 
-def check_sections(meta: dict) -> None:
-    """ResultsError naming each key SECTIONS does not have, or a value not of its types."""
+def check_sections(meta: dict, strict: bool = True) -> None:
+    """ResultsError naming a key SECTIONS does not have, or a value not of its type (a
+    section's keys each checked). strict, for writing: nothing the contract does not name;
+    reading lets the keys of other versions through."""
     unknown = sorted(set(meta) - set(SECTIONS))
-    if unknown:
+    if unknown and strict:
         raise ResultsError(f"meta.json has no section {', '.join(unknown)} (results.SECTIONS)")
     for key, value in meta.items():
-        types = SECTIONS[key][0]
-        if isinstance(value, bool) or not isinstance(value, tuple(PYTHON_TYPES[t] for t in types)):
-            raise ResultsError(f"meta.json {key} is {type(value).__name__}, not {'/'.join(types)}")
+        if key in SECTIONS:
+            sections.parse(SECTIONS[key][0], value, key, strict)
 
 
 def json_schema() -> dict:
@@ -175,14 +187,10 @@ def json_schema() -> dict:
         "required": ["schema", "run_id", "requested", "status", "files"],
         "additionalProperties": False,
         "properties": {
-            key: {"type": list(types) if len(types) > 1 else types[0], "description": what}
-            for key, (types, what) in SECTIONS.items()
+            key: {**sections.schema_of(kind), "description": what}
+            for key, (kind, what) in SECTIONS.items()
         },
     }
-
-
-class ResultsError(ValueError):
-    """A run directory that cannot be used, with the reason."""
 
 
 def write_run(
@@ -290,7 +298,7 @@ def upgrade(meta: dict) -> dict:
     if version < 2 and isinstance(meta.get("requested"), dict):
         meta["requested"] = {**dict.fromkeys(SETTING_KEYS), **meta["requested"]}
     if version < 3:
-        meta["status"] = dict(COMPLETED)
+        meta["status"] = COMPLETED.to_json()
         meta["faults"] = []
         if isinstance(meta.get("counts"), dict):
             meta["counts"] = {**dict.fromkeys(COUNT_KEYS_3, 0), **meta["counts"]}
@@ -325,7 +333,9 @@ def read_meta(directory: Path) -> dict:
         raise ResultsError(f"meta.json is not valid JSON: {e}") from None
     if not isinstance(meta, dict):
         raise ResultsError("meta.json is not an object")
-    return upgrade(meta)
+    meta = upgrade(meta)
+    check_sections(meta, strict=False)
+    return meta
 
 
 def rewrite_meta(directory: Path, meta: dict) -> None:

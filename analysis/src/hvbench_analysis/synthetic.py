@@ -9,6 +9,16 @@ import numpy as np
 import pandas as pd
 
 from hvbench_analysis import results, stages
+from hvbench_analysis.sections import (
+    ABSENT,
+    Clock,
+    Counts,
+    Energy,
+    EnergyWindow,
+    Requested,
+    Sched,
+    Status,
+)
 
 DETECTORS = ("athens", "el_segundo", "wilmington", "long_beach", "carson", "torrance")
 # Each latency splits into input leg, job and output leg in these shares (stages.py).
@@ -60,21 +70,21 @@ def write_run(
     asked |= requested or {}
     meta = {
         "run_id": directory.name,
-        "requested": asked,
-        "status": _status(state, reason),
+        "requested": Requested.from_json(asked, "requested", strict=True).to_json(),
+        "status": _status(state, reason).to_json(),
         "faults": list(faults),
         "started_at": started_at,
-        "sched": {"applied": sched, "readback": _readback(target, sched, asked)},
-        "clock": _clock(samples, job_offset_ns),
-        "counts": {**_counts(len(samples), missing), **(counts or {})},
+        "sched": Sched(applied=sched, readback=_readback(target, sched, asked)).to_json(),
+        "clock": _clock(samples, job_offset_ns).to_json(),
+        "counts": Counts(**_counts(len(samples), missing) | (counts or {})).to_json(),
         "warmup_excluded_s": warmup * send_period_ns / 1e9,
     }
     return results.write_run(directory, meta, samples, float_format="%.0f")
 
 
-def _clock(samples: pd.DataFrame, job_offset_ns: int | None) -> dict:
-    job = {} if job_offset_ns is None else {"job": _job_clock(samples, job_offset_ns)}
-    return {"tsc": {"hz": 2.6e9, "source": "synthetic", "clocksource": "tsc"}, **job}
+def _clock(samples: pd.DataFrame, job_offset_ns: int | None) -> Clock:
+    job = ABSENT if job_offset_ns is None else _job_clock(samples, job_offset_ns)
+    return Clock(tsc={"hz": 2.6e9, "source": "synthetic", "clocksource": "tsc"}, job=job)
 
 
 def _samples(
@@ -149,12 +159,14 @@ def _readback(target: str, sched: str, asked: dict) -> dict | list:
     return {"threads": 2, "policies": {"SCHED_OTHER": 2}}
 
 
-def _status(state: str, reason: str | None) -> dict:
+def _status(state: str, reason: str | None) -> Status:
     phase = None if state == "completed" else "sending"
-    return {"state": state, "reason": reason, "phase": phase}
+    return Status(state=state, reason=reason, phase=phase)
 
 
 def _counts(sent: int, missing: int) -> dict:
+    """The counts every run has (sections.Counts), of `sent` records `missing` of which never
+    came back."""
     return {
         "sent": sent,
         "received": sent - missing,
@@ -222,18 +234,20 @@ def add_energy(directory: Path, joules: float | None, seconds: float = 10.0) -> 
     """The run's meta.json `energy` as the harness writes it: a measured window of `joules`
     over `seconds` on one host with RAPL, per record measured; None: not available here."""
     meta = results.read_meta(directory)
+    meta["energy"] = _energy(joules, seconds, meta["counts"]["received"]).to_json()
+    results.rewrite_meta(directory, meta)
+    return directory
+
+
+def _energy(joules: float | None, seconds: float, records: int) -> Energy:
     if joules is None:
         reason = "powercap: /sys/class/powercap has no RAPL zone (intel-rapl:*)"
         host = {"available": False, "reason": reason}
-        meta["energy"] = {"available": False, "hosts": {"host": host}, "reason": f"host: {reason}",
-                          "windows": {"run": None, "measured": None}}  # fmt: skip
-    else:
-        records = meta["counts"]["received"]
-        window = {"from": "measured", "to": "sent", "seconds": seconds, "joules": joules,
-                  "mean_w": joules / seconds, "records": records,
-                  "joules_per_record": joules / records}  # fmt: skip
-        host = {"available": True, "source": "powercap", "domains": ["package-0"]}
-        meta["energy"] = {"available": True, "hosts": {"host": host},
-                          "windows": {"run": window, "measured": window}}  # fmt: skip
-    results.rewrite_meta(directory, meta)
-    return directory
+        return Energy(available=False, hosts={"host": host}, reason=f"host: {reason}",
+                      windows={"run": None, "measured": None})  # fmt: skip
+    window = EnergyWindow(from_="measured", to="sent", seconds=seconds, joules=joules,
+                          mean_w=joules / seconds, records=records,
+                          joules_per_record=joules / records)  # fmt: skip
+    host = {"available": True, "source": "powercap", "domains": ["package-0"]}
+    return Energy(available=True, hosts={"host": host},
+                  windows={"run": window, "measured": window})  # fmt: skip

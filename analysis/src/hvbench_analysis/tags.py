@@ -3,7 +3,9 @@ setup, each as one value (None where a target has none); what a configuration's 
 
 from __future__ import annotations
 
-from hvbench_analysis.results import ResultsError as RunError
+from hvbench_analysis.fields import FIELDS, PRODUCERS
+from hvbench_analysis.sections import Energy, Status, present
+from hvbench_analysis.sections import ResultsError as RunError
 
 # The scheduler setting and the load: what a configuration's label always names.
 SETTINGS = (
@@ -27,6 +29,8 @@ SETTINGS = (
     "load",  # six producer groups, a record a message (""), or e.g. "1 group, by group"
     "power",  # the host's power policy as it was (""), or e.g. "powersave, C-state ≤ 1"
 )
+# The scheduler parameters that are tags as asked, each by its request field's name.
+SETTING_FIELDS = ("period", "budget", "extratime", "cap", "weight", "priority")
 # How a run measured (requested records, warmup_s, ramp_s, cpu_latency; forced: a failed
 # required readiness check was overridden). Runs that differ in these are never pooled.
 MEASUREMENT = ("records", "warmup_s", "ramp_s", "cpu_latency", "forced")
@@ -57,8 +61,14 @@ FLAGS = (
 )
 HYPERVISOR_OF_TARGET = {"bare": "none", "kvm": "kvm", "xen": "xen"}
 # The load: six producers, each sending one record per period (100 ms unless set otherwise).
-PRODUCERS = 6
 DEFAULT_RATE_PER_S = 60.0
+# Each request field's key in meta.json `requested` (fields.FIELDS), by the field's name.
+REQUESTED_KEYS = {f.name: f.requested for f in FIELDS}
+
+
+def asked(requested: dict, name: str, absent=None):
+    """Request field `name`'s value as the run recorded it; `absent` where it recorded none."""
+    return requested.get(REQUESTED_KEYS[name], absent)
 
 
 def tags_of(meta: dict) -> dict:
@@ -66,32 +76,28 @@ def tags_of(meta: dict) -> dict:
     requested = meta.get("requested")
     if not isinstance(requested, dict):
         raise RunError("meta.json has no 'requested' settings")
-    for key in ("target", "sched"):
-        if not requested.get(key):
-            raise RunError(f"meta.json does not say the {key}")
-    target = requested["target"]
+    for name in ("target", "sched"):
+        if not asked(requested, name):
+            raise RunError(f"meta.json does not say the {name}")
+    target = asked(requested, "target")
+    network = asked(requested, "network", "freeway")
     return {
         "target": target,
         "hypervisor": requested.get("hypervisor", HYPERVISOR_OF_TARGET.get(target, target)),
-        "sched": requested["sched"],
-        "period": requested.get("period_us"),
-        "budget": requested.get("budget_us"),
-        "extratime": requested.get("extratime"),
-        "cap": requested.get("cap"),
-        "weight": requested.get("weight"),
-        "priority": requested.get("priority"),
-        "tslice": requested.get("tslice_us"),
-        "ratelimit": requested.get("ratelimit_us"),
-        "rate": rate_per_s(requested.get("producer_period_ms"), requested.get("detectors")),
+        "sched": asked(requested, "sched"),
+        **{name: asked(requested, name) for name in SETTING_FIELDS},
+        "tslice": asked(requested, "tslice_us"),
+        "ratelimit": asked(requested, "ratelimit_us"),
+        "rate": rate_per_s(asked(requested, "send_ms"), requested.get("detectors")),
         **noise_tags(requested),
         "scale": scale_tag(requested),
-        "network": "" if requested.get("network", "freeway") == "freeway" else requested["network"],
+        "network": "" if network == "freeway" else network,
         "load": load_tag(requested),
         "power": power_tag(requested),
-        "records": number_or_none(requested.get("records")),
-        "warmup_s": number_or_none(requested.get("warmup_s")),
-        "ramp_s": number_or_none(requested.get("ramp_s")),
-        "cpu_latency": text_or_none(requested.get("cpu_latency")),
+        "records": number_or_none(asked(requested, "records")),
+        "warmup_s": number_or_none(asked(requested, "warmup")),
+        "ramp_s": number_or_none(asked(requested, "ramp")),
+        "cpu_latency": text_or_none(asked(requested, "cpu_latency")),
         "forced": forced_checks(meta),
         "setup": "",  # filled in when all runs are loaded (setup_labels)
         "rep": requested.get("rep"),
@@ -103,41 +109,46 @@ def power_tag(requested: dict) -> str:
     """The power policy a run set (GOVERNOR, MAX_CSTATE, TURBO): "" for none, else e.g.
     "powersave, C-state ≤ 1, turbo off"."""
     parts = []
-    if governor := requested.get("governor"):
+    if governor := asked(requested, "governor"):
         parts.append(str(governor))
-    if (deepest := requested.get("max_cstate")) is not None:
+    if (deepest := asked(requested, "max_cstate")) is not None:
         parts.append(f"C-state ≤ {deepest}")
-    if turbo := requested.get("turbo"):
+    if turbo := asked(requested, "turbo"):
         parts.append(f"turbo {turbo}")
     return ", ".join(parts)
 
 
 def energy_facts(meta: dict) -> dict:
     """The measured window's energy (meta.json `energy`), or why there is none."""
-    energy = meta.get("energy")
-    if not isinstance(energy, dict):
-        return {"energy": "not recorded", "joules": None, "mean_w": None, "mj_per_record": None}
-    window = (energy.get("windows") or {}).get("measured") or {}
-    per_record = window.get("joules_per_record")
-    if not energy.get("available"):
-        what = f"not available: {energy.get('reason')}"
+    energy = Energy.of(meta, "energy")
+    if energy is None:
+        return {"energy": "not recorded", **NO_ENERGY}
+    if not energy.available:
+        what = f"not available: {present(energy.reason)}"
     else:
-        what = ", ".join(sorted({h.get("source", "?") for h in energy["hosts"].values()}))
+        what = ", ".join(sorted({h.get("source", "?") for h in energy.hosts.values()}))
+    window = energy.windows.get("measured")
+    if window is None:
+        return {"energy": what, **NO_ENERGY}
+    per_record = window.joules_per_record
     return {
         "energy": what,
-        "joules": window.get("joules"),
-        "mean_w": window.get("mean_w"),
+        "joules": window.joules,
+        "mean_w": window.mean_w,
         "mj_per_record": per_record * 1000 if per_record is not None else None,
     }
+
+
+NO_ENERGY = {"joules": None, "mean_w": None, "mj_per_record": None}
 
 
 def load_tag(requested: dict) -> str:
     """How the producers sent (PRODUCERS, MESSAGES, CLIENTS): "" for six groups each sending a
     record a message from one client pair (every run before MESSAGES), else e.g. "1 group,
     by group" or "6 groups, 2 client pairs"."""
-    groups = requested.get("producers", PRODUCERS)
-    by_group = requested.get("messages", "record") == "group"
-    pairs = requested.get("clients", 1)
+    groups = asked(requested, "producers", PRODUCERS)
+    by_group = asked(requested, "messages", "record") == "group"
+    pairs = asked(requested, "clients", 1)
     if groups == PRODUCERS and not by_group and pairs == 1:
         return ""
     tag = f"{groups} group{'s' if groups != 1 else ''}" + (", by group" if by_group else "")
@@ -147,18 +158,18 @@ def load_tag(requested: dict) -> str:
 def noise_tags(requested: dict) -> dict:
     """noise, noise_cpus and job_cpus as text, "" where a run had none (runs before schema 5
     had no neighbours and held the job to no CPUs)."""
-    noise = str(requested.get("noise") or "")
-    where = (
-        str(requested.get("noise_cpus") or "") if noise and requested["target"] == "bare" else ""
-    )
-    return {"noise": noise, "noise_cpus": where, "job_cpus": str(requested.get("job_cpus") or "")}
+    noise = str(asked(requested, "noise") or "")
+    bare = asked(requested, "target") == "bare"
+    where = str(asked(requested, "noise_cpus") or "") if noise and bare else ""
+    job_cpus = str(asked(requested, "job_cpus") or "")
+    return {"noise": noise, "noise_cpus": where, "job_cpus": job_cpus}
 
 
 def scale_tag(requested: dict) -> str:
     """ "" for one broker and one Flink JVM (every run before schema 6), else the cluster."""
-    if requested.get("scale", "one") == "one":
+    if asked(requested, "scale", "one") == "one":
         return ""
-    brokers, taskmanagers = requested.get("brokers"), requested.get("taskmanagers")
+    brokers, taskmanagers = asked(requested, "brokers"), asked(requested, "taskmanagers")
     return f"{brokers} brokers, {taskmanagers} TaskManagers"
 
 
@@ -178,20 +189,19 @@ def forced_checks(meta: dict) -> bool:
     requested = meta.get("requested") or {}
     readiness = meta.get("readiness")
     failed = readiness.get("failed_required") if isinstance(readiness, dict) else None
-    return requested.get("force") is True or bool(failed)
+    return asked(requested, "force") is True or bool(failed)
 
 
 def status_of(meta: dict) -> dict:
-    """The run's status (state, reason's first line, phase); a status that is absent or not an
-    object reads as state "unknown"."""
-    status = meta.get("status")
-    if not isinstance(status, dict):
+    """The run's status (state, reason's first line, phase); a run without one reads as state
+    "unknown"."""
+    status = Status.of(meta, "status")
+    if status is None:
         return {"state": "unknown", "reason": "meta.json has no status", "phase": None}
-    reason = status.get("reason")
     return {
-        "state": str(status.get("state") or "unknown"),
-        "reason": str(reason).strip().split("\n")[0] if reason else None,
-        "phase": status.get("phase"),
+        "state": status.state or "unknown",
+        "reason": status.reason.strip().split("\n")[0] if status.reason else None,
+        "phase": status.phase,
     }
 
 

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
+from hvbench_analysis import sections
 from hvbench_analysis.stats import summarize
 from hvbench_job.dead_letters import LOST_PREFIX
 
@@ -109,7 +110,8 @@ class Counts:
         )
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "accounted": self.accounted}
+        """meta.json `counts` (sections.Counts)."""
+        return sections.Counts(**asdict(self), accounted=self.accounted).to_json()
 
 
 def pair_file(name: str, pair: int) -> str:
@@ -273,10 +275,11 @@ def read_text(path: Path) -> str | None:
 
 
 def latency_stats(samples: pd.DataFrame, column: str = "latency_ns") -> dict:
-    """Percentiles (nearest-rank, as in the report) and the raw maximum, in ms, over the
-    measured (received, non-warm-up) records."""
+    """meta.json `latency` (sections.Latency): percentiles (nearest-rank, as in the report) and
+    the raw maximum, in ms, over the measured (received, non-warm-up) records."""
     values = samples.loc[(samples["copies"] > 0) & ~samples["warmup"], column].to_numpy(float)
     if len(values) == 0:
-        return {"n": 0}
+        return sections.Latency(n=0).to_json()
     stats = summarize(values)
-    return {"n": stats.pop("count"), "method": "nearest-rank", **stats}
+    stats = {"n": stats.pop("count"), "method": "nearest-rank", **stats}
+    return sections.Latency.from_json(stats, "latency", strict=True).to_json()

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hvbench_analysis import results as results_contract
+from hvbench_analysis.sections import Energy, SendingStatus, Status
 from hvbench_load.consumer import CONSUMER_CONFIG
 from hvbench_load.producers import PRODUCER_CONFIG
 
@@ -103,7 +104,8 @@ def gather(request: RunSpec, target: Target, work: Path, meta_doc: dict) -> None
             "git": meta.collect_git(),
         }
     )
-    meta_doc["energy"] = target.energy.summary({})  # the records per window come with the counts
+    energy = target.energy.summary({})  # the records per window come with the counts
+    meta_doc["energy"] = Energy.from_json(energy, "energy", strict=True).to_json()
     (work / results_contract.ENERGY).write_text(target.energy.samples_csv())
     meta_doc.setdefault("clock", {})["stamps"] = stamps_text(request.clients, facts)
     keep_trace(target, work, meta_doc)
@@ -134,14 +136,14 @@ def finish_failed(
     doc = accounted.meta if accounted is not None else dict(meta_doc)
     if accounted is None:
         doc.update(counts=None, latency=None, latency_from_intended=None)
-    before = meta_doc["status"]
-    doc["status"] = {
-        "state": "failed",
-        "reason": finishing_reason(step, error, before),
-        "phase": step,
-        "traceback": trace,
-        "before": before,
-    }
+    before = SendingStatus.from_json(meta_doc["status"], "status")
+    doc["status"] = Status(
+        state="failed",
+        reason=finishing_reason(step, error, before),
+        phase=step,
+        traceback=trace,
+        before=before,
+    ).to_json()
     log(f"{step} failed: {type(error).__name__}: {error}; the raw files go into the results")
     print(trace, file=sys.stderr, end="")
     samples = accounted.samples if accounted is not None and step != WRITING else None
@@ -156,12 +158,12 @@ def finish_failed(
     return EXIT_CODES["failed"]
 
 
-def finishing_reason(step: str, error: Exception, before: dict) -> str:
+def finishing_reason(step: str, error: Exception, before: SendingStatus) -> str:
     """status.reason of a run whose results could not be made, with how the run had ended."""
-    ended = f"the run had {before['state']}"
-    if before["state"] != "completed":
-        first = str(before.get("reason") or "").splitlines()[:1]
-        ended += f" while {before['phase']}" + (f" ({first[0]})" if first else "")
+    ended = f"the run had {before.state}"
+    if before.state != "completed":
+        first = str(before.reason or "").splitlines()[:1]
+        ended += f" while {before.phase}" + (f" ({first[0]})" if first else "")
     first = str(error).splitlines()[:1]
     return f"{step} failed: {type(error).__name__}{': ' + first[0] if first else ''} ({ended})"
 

@@ -17,6 +17,7 @@ results could not be written (a full disk) the work folder stays. `hvbench rerun
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 from hvbench_analysis import results as results_contract
 from hvbench_analysis import stages
+from hvbench_analysis.sections import Energy, EnergyWindow
 from hvbench_load.probe import probe_record
 
 from hvbench_harness import accounting
@@ -110,13 +112,17 @@ def account(folder: Path, saved: dict) -> Accounted:
 def with_records(energy: dict, records: dict[str, int]) -> dict:
     """meta.json `energy` with each window's records and joules per record (the meter's
     summary is taken before accounting, when the records are not known yet)."""
-    energy = copy.deepcopy(energy)
-    for name, window in (energy.get("windows") or {}).items():
-        if isinstance(window, dict):
-            window["records"] = records.get(name)
-            joules, count = window.get("joules"), window["records"]
-            window["joules_per_record"] = joules / count if count and joules is not None else None
-    return energy
+    summary = Energy.from_json(energy, "energy")
+    windows = {
+        name: None if window is None else counted(window, records.get(name))
+        for name, window in summary.windows.items()
+    }
+    return dataclasses.replace(summary, windows=windows).to_json()
+
+
+def counted(window: EnergyWindow, records: int | None) -> EnergyWindow:
+    per_record = window.joules / records if records else None
+    return dataclasses.replace(window, records=records, joules_per_record=per_record)
 
 
 def write(

@@ -11,6 +11,7 @@ import pandas as pd
 
 from hvbench_analysis import bounds, results, stats
 from hvbench_analysis.load import Runs
+from hvbench_analysis.tags import asked
 
 STATISTICS = ("mean", "sd", "p50", "p99", "p99.9", "max")
 PERCENTILE_OF = {"p50": 50.0, "p99": 99.0, "p99.9": 99.9}
@@ -100,7 +101,7 @@ def lost_latency_ms(directory: Path) -> np.ndarray:
     seconds after the last send (and past the last record it received). Left out, they would
     make an overloaded run look fast."""
     samples = results.read_samples(directory)
-    drain_s = results.read_meta(directory)["requested"].get("drain_s") or 0.0
+    drain_s = asked(results.read_meta(directory)["requested"], "drain") or 0.0
     end = max(samples["sent_ns"].max() + drain_s * 1e9, samples["received_ns"].max())
     lost = samples[(samples["copies"] == 0) & ~samples["warmup"] & samples["sent_ns"].notna()]
     return (end - lost["sent_ns"]).to_numpy(float) / 1e6

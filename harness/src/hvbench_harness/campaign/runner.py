@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from hvbench_analysis import results as results_contract
+from hvbench_analysis.sections import Counts, Latency, Status, present
 
 from hvbench_harness.campaign.file import Campaign, Point, duration, run_argv
 from hvbench_harness.campaign.index import Index, now
@@ -145,14 +146,16 @@ def adopt(entry: dict, results: Path) -> bool:
         meta = results_contract.read_meta(results)
     except results_contract.ResultsError:
         return False
-    if meta["status"]["state"] != "completed":
+    status = Status.of(meta, "status")
+    if status is None or status.state != "completed":
         return False
-    counts = meta.get("counts") or {}
+    counts, latency = Counts.of(meta, "counts"), Latency.of(meta, "latency")
+    accounted = bool(counts and counts.accounted)
     entry.update(
         status="done",
-        accounted=bool(counts.get("accounted")),
-        p99_ms=(meta.get("latency") or {}).get("p99_ms"),
-        reason=None if counts.get("accounted") else "records unaccounted for",
+        accounted=accounted,
+        p99_ms=present(latency.p99_ms) if latency else None,
+        reason=None if accounted else "records unaccounted for",
     )
     return True
 
@@ -173,10 +176,10 @@ def set_aside(results: Path, attempts: Path) -> Path | None:
 def ended_reason(results: Path) -> str | None:
     """The reason a run that wrote its results gives for having failed, if it did."""
     try:
-        status = results_contract.read_meta(results)["status"]
+        status = Status.of(results_contract.read_meta(results), "status")
     except results_contract.ResultsError:
         return None
-    return status["reason"] if status["state"] != "completed" else None
+    return status.reason if status is not None and status.state != "completed" else None
 
 
 def failure_reason(log_file: Path, code: int) -> str:
