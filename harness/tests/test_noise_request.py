@@ -39,21 +39,27 @@ def test_a_placement_or_state_that_cannot_be_is_refused_first(words, message):
 def test_the_bare_loads_go_on_the_jobs_cpus_apart_or_where_asked():
     online = sorted(os.sched_getaffinity(0))
     last, rest = online[-1], online[:-1]
-    assert neighbours.bare_noise_cpus("job", None) is None  # the job may run anywhere
-    assert neighbours.bare_noise_cpus("job", str(last)) == str(last)
+
+    def noise_cpus(noise: str, job: str | None) -> str | None:
+        return neighbours.bare_noise_cpus(neighbours.CpuSets.parse(noise, job))
+
+    assert noise_cpus("job", None) is None  # the job may run anywhere
+    assert noise_cpus("job", str(last)) == str(last)
     if rest:
-        assert neighbours.bare_noise_cpus("apart", str(last)) == neighbours.cpu_list(set(rest))
-    assert neighbours.bare_noise_cpus(str(online[0]), None) == str(online[0])
+        assert noise_cpus("apart", str(last)) == neighbours.cpu_list(set(rest))
+    assert noise_cpus(str(online[0]), None) == str(online[0])
     with pytest.raises(RunError, match="NOISE_CPUS=apart needs JOB_CPUS"):
-        neighbours.bare_noise_cpus("apart", None)
+        noise_cpus("apart", None)
     with pytest.raises(RunError, match="this machine runs on CPUs"):
-        neighbours.bare_noise_cpus("job", "999")
+        noise_cpus("job", "999")
+    with pytest.raises(RunError, match="this machine runs on CPUs"):
+        noise_cpus("999", None)
     with pytest.raises(RunError, match="NOISE_CPUS is job, apart or a CPU list"):
-        neighbours.bare_noise_cpus("elsewhere", None)
+        noise_cpus("elsewhere", None)
 
 
 def test_none_is_no_neighbours_and_the_text_is_recorded_normalised():
-    assert neighbours.check_request(request("NOISE=none")) == ()
+    assert neighbours.check_request(request("NOISE=none"))[0] == ()
     assert RunSpec.parse({"noise": "none"}).noise is None
     parsed = RunSpec.parse({"noise": " 2:cpu, 1:membw"})
     assert parsed.noise == "2:cpu,1:membw" and len(parsed.noise_groups) == 2

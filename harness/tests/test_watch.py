@@ -9,8 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from hvbench_harness import targets
 from hvbench_harness.parts import RunError
+from hvbench_harness.targets import bare as bare_target
+from hvbench_harness.targets import testbed as testbed_target
 from hvbench_harness.watch import RECONNECT_S, Stall, stall_limit, wait_for_producers
 
 
@@ -48,7 +49,7 @@ def test_the_limit_is_the_requested_or_the_targets_and_never_under_a_few_send_ga
     def args(**given) -> argparse.Namespace:
         return argparse.Namespace(**{"stall_s": None, "send_ms": 100.0, "ramp": 0.0, **given})
 
-    bare, testbed = targets.BareTarget, targets.TestbedTarget  # their class-wide defaults
+    bare, testbed = bare_target.BareTarget, testbed_target.TestbedTarget  # class-wide defaults
     assert stall_limit(args(), bare) == 8.0 and stall_limit(args(), testbed) == 30.0
     assert stall_limit(args(stall_s=3.0), bare) == 3.0
     assert stall_limit(args(send_ms=5000.0), bare) == 20.0  # a record every 5 s

@@ -1,5 +1,6 @@
 """`hvbench`: the testbed's tasks as one command; `hvbench VERB --help` for each. Every `make`
-target of the same name runs the verb after building what it needs (make help).
+target of the same name runs the verb after building what it needs (make help); what a verb
+needs for its target (a bare run's inputs, a Xen host's hypervisor), it asks of make (build.py).
 
     hvbench run SCHED=rtds BUDGET=77500        one run (make help lists the NAME=value words)
     hvbench campaign run campaigns/table4-rtds.yml [--resume]
@@ -24,9 +25,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hvbench_agent.sched import BACKEND_OF_TARGET, PARAM_NAMES, Refused, validate
+from hvbench_agent.sched import PARAM_NAMES, Refused, validate
 
-from hvbench_harness import inventory
+from hvbench_harness import build, inventory
+from hvbench_harness.targets.kinds import kind
 from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target, setting_options
 
 REPO = Path(__file__).resolve().parents[3]
@@ -78,7 +80,13 @@ def playbook_parser(verb: str) -> argparse.ArgumentParser:
         p.add_argument("--readback", default="build/sched.json", help="where the readback goes")
     if verb == "provision":
         p.add_argument("--guest-bundle", required=True, help="make guest-bundle's file")
-        p.add_argument("--xen-prebuilt", help="make xen-hypervisor's directory (Xen hosts)")
+        p.add_argument(
+            "--xen-build",
+            choices=("controller", "host"),
+            default="controller",
+            help="where a Xen host's hypervisor is built: here (make xen-hypervisor), or there",
+        )
+        p.add_argument("--xen-dir", default="build/xen", help="make xen-hypervisor's directory")
     return p
 
 
@@ -95,7 +103,7 @@ def check(args: argparse.Namespace) -> int:
 
     hosts = inventory.hosts_file(args.inventory, args.host, args.target)
     target = args.target or inventory_target(hosts)
-    argv = ["check", *(["--inventory", hosts] if target != "bare" else [])]
+    argv = ["check", *(["--inventory", hosts] if kind(target).testbed else [])]
     argv += ["--enforce"] if args.enforce else []
     argv += ["--require", args.require] if args.require else []
     return readiness.main(argv)
@@ -107,13 +115,13 @@ def sched(args: argparse.Namespace) -> int:
     readback goes to --readback."""
     hosts = inventory.hosts_file(args.inventory, args.host, args.target)
     target = args.target or inventory_target(hosts)
-    if target == "bare":
+    if not kind(target).testbed:
         raise CliError(f"no testbed host in {hosts} (HOST= or INVENTORY=)")
     given = sched_setting(args.setting)
     options: list[str] = []
     if args.action in ("check", "apply"):
         sched_name = given.pop("sched", "none")
-        options = setting_options(validate(BACKEND_OF_TARGET[target], sched_name, **given))
+        options = setting_options(validate(kind(target).backend, sched_name, **given))
     elif given:
         raise CliError(f"ACTION={args.action} takes no setting, not {', '.join(args.setting)}")
     extra = {"sched_action": args.action, "sched_options": options}
@@ -142,10 +150,27 @@ def sched_setting(words: list[str]) -> dict:
 
 
 def provision(args: argparse.Namespace) -> int:
+    """The target is checked before anything is built or touched; then make builds what the
+    hosts get from here (build.py), and the playbook runs."""
+    target = args.target or inventory_target(inventory.hosts_path(args.inventory, args.host))
+    if not kind(target).testbed:
+        raise CliError(f"TARGET=kvm or xen with HOST=, or INVENTORY= with hosts; got {target}")
+    bundle, xen_dir = Path(args.guest_bundle).resolve(), Path(args.xen_dir).resolve()
+    hypervisor = kind(target).hypervisor_goal if args.xen_build == "controller" else None
+    goals = [
+        "controller-tools",
+        "agent-wheel",
+        "guest-bundle",
+        *([hypervisor] if hypervisor else []),
+    ]
+    try:
+        build.make(goals, {"GUEST_BUNDLE": str(bundle), "XEN_DIR": str(xen_dir)})
+    except build.BuildError as e:
+        raise CliError(str(e)) from None
+    extra = {"hvbench_guest_bundle": str(bundle)}
+    if hypervisor:
+        extra["xen_host_prebuilt_dir"] = str(xen_dir)
     hosts = inventory.hosts_file(args.inventory, args.host, args.target)
-    extra = {"hvbench_guest_bundle": str(Path(args.guest_bundle).resolve())}
-    if args.xen_prebuilt:
-        extra["xen_host_prebuilt_dir"] = str(Path(args.xen_prebuilt).resolve())
     return ansible_playbook(hosts, "provision.yml", "-e", json.dumps(extra))
 
 

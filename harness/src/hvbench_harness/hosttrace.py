@@ -25,11 +25,11 @@ from pathlib import Path
 from hvbench_analysis import sched_trace
 
 import tsc_timer
+from hvbench_harness.targets.kinds import kind
 from hvbench_harness.testbed import Testbed, TestbedError
 
 SYNCS = 8  # at the start and at the end; the tightest of each counts
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-GUEST_UUID = {"kvm": "/sys/class/dmi/id/product_uuid", "xen": "/sys/hypervisor/uuid"}
 
 
 class HostTrace:
@@ -48,14 +48,7 @@ class HostTrace:
         if self.testbed.messaging_domain:
             args += ["--clock-of", self.testbed.messaging_domain]
         command = host.agent("trace", "--backend", self.testbed.target, *args, "--out", self.out)
-        self.proc = subprocess.Popen(
-            host.command(command, root=True),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        self.proc = host.stream(command, root=True)
         line = self.proc.stdout.readline()
         if not line.startswith("{"):
             self.proc.wait(30)
@@ -130,6 +123,6 @@ def shares_boot(testbed: Testbed) -> bool:
 
 def guest_uuid(testbed: Testbed) -> str:
     """The messaging machine's own idea of its VM UUID (empty if it has none)."""
-    path = GUEST_UUID.get(testbed.target, "")
+    path = kind(testbed.target).guest_uuid or ""
     found = testbed.messaging.run(["cat", path], root=True, check=False)
     return found.stdout.strip().lower() if found.returncode == 0 else ""

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from hvbench_harness.targets.kinds import is_testbed
+
 ONE_OFF = Path("build/inventory/hosts.yml")
 DEFAULT = "inventory/sample"
 
@@ -24,7 +26,7 @@ class InventoryError(ValueError):
 def hosts_file(inventory: str | None, host: str | None = None, target: str | None = None) -> str:
     """The hosts file to use; with HOST and a TARGET naming a hypervisor, the one-off
     inventory, written here."""
-    if host and target in ("kvm", "xen"):
+    if host and is_testbed(target):
         write_one_off(host, target, inventory)
     return hosts_path(inventory, host, target)
 
@@ -33,7 +35,7 @@ def hosts_path(inventory: str | None, host: str | None = None, target: str | Non
     """The hosts file a command would use, nothing written: with HOST, the one-off inventory
     (InventoryError if there is none for HOST and TARGET names no hypervisor)."""
     if host:
-        if target in ("kvm", "xen") or host.rpartition("@")[2] in listed_hosts(ONE_OFF):
+        if is_testbed(target) or host.rpartition("@")[2] in listed_hosts(ONE_OFF):
             return str(ONE_OFF)
         raise InventoryError(
             f"HOST={host}: say TARGET=kvm or xen (make provision HOST={host} TARGET=... "

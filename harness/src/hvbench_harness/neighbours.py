@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from hvbench_agent import neighbours
@@ -33,20 +34,40 @@ from hvbench_harness.testbed import TestbedError
 from hvbench_harness.workload_copy import RemoteWorkloadCopy, WorkloadCopy
 
 
-def check_request(request) -> tuple[Group, ...]:
+@dataclass(frozen=True)
+class CpuSets:
+    """JOB_CPUS and NOISE_CPUS as parsed: the job's CPUs (None: any), and where the loads go
+    (a set of CPUs, or "job" or "apart"). This machine's CPUs are checked once a bare run
+    starts (bare_noise_cpus)."""
+
+    job: frozenset[int] | None
+    noise: frozenset[int] | str
+
+    @classmethod
+    def parse(cls, noise_cpus: str, job_cpus: str | None) -> CpuSets:
+        try:
+            job = frozenset(parse_cpus(job_cpus)) if job_cpus else None
+        except NoiseError as e:
+            raise RunError(f"JOB_CPUS: {e}") from None
+        if noise_cpus == "apart" and not job:
+            raise RunError("NOISE_CPUS=apart needs JOB_CPUS to leave CPUs to the loads")
+        if noise_cpus in ("job", "apart"):
+            return cls(job, noise_cpus)
+        try:
+            return cls(job, frozenset(parse_cpus(noise_cpus)))
+        except NoiseError:
+            raise RunError(f"NOISE_CPUS is job, apart or a CPU list, not {noise_cpus!r}") from None
+
+
+def check_request(request) -> tuple[tuple[Group, ...], CpuSets]:
     """NOISE, NOISE_CPUS and JOB_CPUS of a request (runspec.py) on their own (no machine is
-    looked at): the groups, or RunError."""
+    looked at): the groups and the CPU sets, or RunError."""
     try:
         groups = neighbours.parse(request.noise)
     except NoiseError as e:
         raise RunError(str(e)) from None
-    try:
-        if request.job_cpus:
-            parse_cpus(request.job_cpus)
-    except NoiseError as e:
-        raise RunError(f"JOB_CPUS: {e}") from None
     (check_testbed if request.on_testbed else check_bare)(request, groups)
-    return groups
+    return groups, CpuSets.parse(request.noise_cpus, request.job_cpus)
 
 
 def check_bare(request, groups: tuple[Group, ...]) -> None:
@@ -61,19 +82,6 @@ def check_bare(request, groups: tuple[Group, ...]) -> None:
             "SCHED=deadline needs the job's threads free to run on every CPU (the kernel "
             "refuses SCHED_DEADLINE to a thread pinned to some); leave JOB_CPUS unset"
         )
-    check_noise_cpus(request.noise_cpus, request.job_cpus)
-
-
-def check_noise_cpus(noise_cpus: str, job_cpus: str | None) -> None:
-    """NOISE_CPUS on its own: job, apart (which needs JOB_CPUS) or a CPU list; the machine's
-    CPUs are checked once the run starts (bare_noise_cpus)."""
-    if noise_cpus == "apart" and not job_cpus:
-        raise RunError("NOISE_CPUS=apart needs JOB_CPUS to leave CPUs to the loads")
-    if noise_cpus not in ("job", "apart"):
-        try:
-            parse_cpus(noise_cpus)
-        except NoiseError:
-            raise RunError(f"NOISE_CPUS is job, apart or a CPU list, not {noise_cpus!r}") from None
 
 
 def check_testbed(request, groups: tuple[Group, ...]) -> None:
@@ -86,36 +94,28 @@ def check_testbed(request, groups: tuple[Group, ...]) -> None:
         )
 
 
-def bare_noise_cpus(noise_cpus: str, job_cpus: str | None) -> str | None:
-    """The CPUs the bare target's loads go on (None: any), from NOISE_CPUS and JOB_CPUS and
+def bare_noise_cpus(cpus: CpuSets) -> str | None:
+    """The CPUs the bare target's loads go on (None: any), from the request's CPU sets and
     this machine's CPUs, or RunError before anything starts."""
     online = set(os.sched_getaffinity(0))
-    job = parse_cpus(job_cpus) if job_cpus else online
+    job = set(cpus.job or online)
     if not job <= online:
-        raise RunError(f"JOB_CPUS={job_cpus}: this machine runs on CPUs {cpu_list(online)}")
-    return noise_cpu_list(noise_cpus, job_cpus, job, online)
-
-
-def noise_cpu_list(
-    noise_cpus: str, job_cpus: str | None, job: set[int], online: set[int]
-) -> str | None:
-    if noise_cpus == "job":
-        return job_cpus or None
-    if noise_cpus == "apart":
+        raise RunError(f"JOB_CPUS={cpu_list(job)}: this machine runs on CPUs {cpu_list(online)}")
+    if cpus.noise == "job":
+        return cpu_list(job) if cpus.job else None
+    if cpus.noise == "apart":
         rest = online - job
-        if not job_cpus or not rest:
+        if not rest:
             raise RunError(
                 "NOISE_CPUS=apart needs JOB_CPUS to leave CPUs to the loads, e.g. JOB_CPUS="
                 f"{max(online)} on this machine's CPUs {cpu_list(online)}"
             )
         return cpu_list(rest)
-    try:
-        cpus = parse_cpus(noise_cpus)
-    except NoiseError:
-        raise RunError(f"NOISE_CPUS is job, apart or a CPU list, not {noise_cpus!r}") from None
-    if not cpus <= online:
-        raise RunError(f"NOISE_CPUS={noise_cpus}: this machine runs on CPUs {cpu_list(online)}")
-    return cpu_list(cpus)
+    if not cpus.noise <= online:
+        raise RunError(
+            f"NOISE_CPUS={cpu_list(cpus.noise)}: this machine runs on CPUs {cpu_list(online)}"
+        )
+    return cpu_list(cpus.noise)
 
 
 class LocalNoise:

@@ -129,11 +129,21 @@ class Parts(contextlib.ExitStack):
 
     def start(self, name: str, machine: Machine, command: list[str], **popen) -> subprocess.Popen:
         """Start a part on a machine; it is stopped when the run ends."""
+        proc = self.launch(name, machine, command, **popen)
+        self.callback(self.stop, proc, name)
+        return proc
+
+    def launch(self, name: str, machine: Machine, command: list[str], **popen) -> subprocess.Popen:
+        """Start a process of a part that stops it itself (the broker's keeper stops and
+        restarts its JVM); the teardown's check still finds it if it is left."""
         proc = machine.start(command, **popen)
         first = read_process(proc.pid)  # its own session: the group has its pid
         self.groups[proc.pid] = (name, first.started if first else ticks_now())
-        self.callback(self.stop, proc, name)
         return proc
+
+    def launcher(self, name: str, machine: Machine) -> Callable[..., subprocess.Popen]:
+        """launch, for a part that starts its processes itself (KafkaBroker's spawn)."""
+        return lambda command, **popen: self.launch(name, machine, command, **popen)
 
     def on_teardown(self, undo: Callable[[], object]) -> None:
         self.callback(undo)

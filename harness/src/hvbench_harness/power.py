@@ -95,14 +95,7 @@ class EnergyMeter:
     def start(self) -> None:
         for m in self.machines:
             command = m.agent("energy", "--period-s", str(ENERGY_PERIOD_S))
-            proc = subprocess.Popen(
-                m.command(command, root=True),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,
-            )
+            proc = m.stream(command, root=True, stderr=subprocess.DEVNULL)
             self.procs[m.name] = proc
             reader = threading.Thread(target=self._read, args=(m.name, proc), daemon=True)
             reader.start()

@@ -327,8 +327,6 @@ def table(results: dict[str, list[dict]]) -> str:
 
 def probe_machine(machine) -> dict:
     """A testbed.Machine's readiness facts, from its agent."""
-    if not machine.remote:
-        return agent_facts.collect_readiness()
     proc = machine.run(machine.agent("facts", "readiness"), root=True, timeout=180)
     return json.loads(proc.stdout)["readiness"]
 

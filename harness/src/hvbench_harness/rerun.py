@@ -34,6 +34,7 @@ from hvbench_analysis import results as results_contract
 from hvbench_harness import rawfiles, spec
 from hvbench_harness import run as harness
 from hvbench_harness.finish import exit_code, run_logs, summary_lines
+from hvbench_harness.targets.kinds import kind
 
 INPUTS = {
     "inventory": "--inventory",
@@ -91,7 +92,7 @@ def harness_argv(meta: dict) -> list[str]:
         raise RerunError("meta.json has no requested settings to repeat")
     argv = spec.to_argv(spec.from_requested(requested))
     inputs = meta.get("inputs") or {}
-    if requested["target"] != "bare" and not inputs.get("inventory"):
+    if kind(requested["target"]).testbed and not inputs.get("inventory"):
         raise RerunError("meta.json does not say the testbed's inventory (a run before 2026-11)")
     for key, option in INPUTS.items():
         if inputs.get(key):

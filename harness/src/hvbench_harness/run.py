@@ -42,6 +42,7 @@ from pathlib import Path
 
 from hvbench_agent import tuning
 from hvbench_agent.sched import Refused, Setting
+from hvbench_analysis.sections import ABSENT, Clock, Power, Requested, Sched, Status
 from hvbench_job.session import SessionError
 from hvbench_load.broker import BrokerError
 
@@ -55,7 +56,8 @@ from hvbench_harness.parts import (
 )
 from hvbench_harness.runlocks import hold, registered_machines
 from hvbench_harness.runspec import RunSpec
-from hvbench_harness.targets import CALIBRATION, TOPICS, Target
+from hvbench_harness.targets import Target
+from hvbench_harness.targets.common import CALIBRATION, TOPICS
 from hvbench_harness.testbed import TestbedError
 from hvbench_harness.watch import drain, enter
 from hvbench_harness.workload import start_consumer, start_job, start_producers, wait_job_ready
@@ -194,7 +196,7 @@ def measure(
     enter(meta_doc, "applying the scheduler setting")
     log(f"Flink job running ({started}), answered the probe in {ready_s:.1f} s")
     parts.on_teardown(lambda: reset_scheduler(target, parts))  # also after a failed apply
-    meta_doc["sched"] = target.scheduler.apply(setting)
+    meta_doc["sched"] = Sched.from_json(target.scheduler.apply(setting), "sched").to_json()
     enter(meta_doc, "applying the power policy")
     meta_doc["power"] = apply_power(target, parts)
     enter(meta_doc, "starting the neighbours")
@@ -209,10 +211,9 @@ def measure(
 def calibrate(request: RunSpec, target: Target, parts: Parts, meta_doc: dict) -> None:
     """The TSC that stamps both ends (and each client pair's), into meta.json `clock`."""
     calibration, meta_doc["cpu_latency"] = target.calibrate(parts)
-    meta_doc["clock"] = {"tsc": calibration.as_dict()}
     (parts.work / CALIBRATION).write_text(json.dumps(calibration.as_dict()))
-    if request.clients > 1:
-        meta_doc["clock"]["clients"] = target.calibrate_clients()
+    clients = target.calibrate_clients() if request.clients > 1 else ABSENT  # after the file
+    meta_doc["clock"] = Clock(tsc=calibration.as_dict(), clients=clients).to_json()
     # each step's phase is entered before the last one's line is logged: a Ctrl-C right after
     # that line is reported in the phase that follows it
     enter(meta_doc, "starting Kafka")
@@ -256,20 +257,21 @@ def default_run_id(target: str, setting: Setting) -> str:
 
 def begin_meta(request: RunSpec, run_id: str, target: Target) -> dict:
     """What meta.json knows before the run starts: the request, the invocation, the target."""
+    requested = {
+        **request.requested(),
+        "taskmanagers": target.taskmanagers,  # on a testbed, one per real-time VM if unset
+        # the setting as validated, with its defaults (PERIOD 100000, EXTRATIME 0, ...): its
+        # fields are named as meta.json names them
+        **asdict(request.setting),
+        "detectors": spec.DETECTORS[request.network],
+        "rep": request.rep,
+        "campaign": request.campaign,
+    }
     return {
         "run_id": run_id,
-        "requested": {
-            **request.requested(),
-            "taskmanagers": target.taskmanagers,  # on a testbed, one per real-time VM if unset
-            # the setting as validated, with its defaults (PERIOD 100000, EXTRATIME 0, ...):
-            # its fields are named as meta.json names them
-            **asdict(request.setting),
-            "detectors": spec.DETECTORS[request.network],
-            "rep": request.rep,
-            "campaign": request.campaign,
-        },
+        "requested": Requested.from_json(requested, "requested", strict=True).to_json(),
         "started_at": datetime.now(UTC).isoformat(),
-        "status": {"state": "running", "reason": None, "phase": "calibrating the TSC"},
+        "status": Status(state="running", reason=None, phase="calibrating the TSC").to_json(),
         # how the harness was started and what it read: make rerun repeats a run from these
         "invocation": {"argv": sys.argv, "cwd": os.getcwd()},
         **target.describe(),
@@ -302,13 +304,13 @@ def apply_power(target: Target, parts: Parts) -> dict:
     power = target.power
     if not power.policy.given():
         try:
-            return {"requested": {}, "readback": power.read()}
+            return Power(requested={}, readback=power.read()).to_json()
         except (RunError, TestbedError) as e:  # e.g. a host's agent from before `power`
-            return {"requested": {}, "readback": None, "error": str(e)}
+            return Power(requested={}, readback=None, error=str(e)).to_json()
     parts.on_teardown(lambda: restore_power(target, parts))  # also after a failed apply
-    applied = power.apply()
+    applied = Power.from_json(power.apply(), "power", strict=True)
     log("power policy: " + ", ".join(f"{k}={v}" for k, v in power.policy.given().items()))
-    return applied
+    return applied.to_json()
 
 
 def restore_power(target: Target, parts: Parts) -> None:

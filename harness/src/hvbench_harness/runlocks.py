@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hvbench_harness.parts import RunError
+from hvbench_harness.targets.kinds import kind
 from hvbench_harness.testbed import group_hosts, read_inventory
 
 ENV = "HVBENCH_RUNS_DIR"
@@ -62,7 +63,7 @@ def folder() -> Path:
 
 def registered_machines(target: str, inventory: str | None) -> list[str]:
     """The machines a run or campaign holds: this machine, or the testbed's hosts."""
-    if target == "bare":
+    if not kind(target).testbed:
         return [THIS_MACHINE]
     return testbed_hosts(inventory, target)
 

@@ -23,12 +23,13 @@ from hvbench_agent.names import BadName, check_name
 from hvbench_agent.neighbours import Group
 from hvbench_agent.neighbours import text as noise_text
 from hvbench_agent.power import Policy, validate_policy
-from hvbench_agent.sched import BACKEND_OF_TARGET, Setting, validate
+from hvbench_agent.sched import Setting, validate
 from hvbench_load.producers import send_offset_ns
 
 from hvbench_harness import inventory, neighbours, spec
 from hvbench_harness.parts import RunError
 from hvbench_harness.readiness import parse_require
+from hvbench_harness.targets.kinds import kind
 from hvbench_harness.testbed import TARGETS, inventory_target
 
 SCALES = ("one", "cluster")
@@ -51,6 +52,8 @@ class RunSpec(Asked):
     setting: Setting | None = None  # the scheduler setting, with its defaults
     policy: Policy | None = None  # GOVERNOR, MAX_CSTATE, TURBO
     noise_groups: tuple[Group, ...] = ()
+    cpus: neighbours.CpuSets | None = None  # JOB_CPUS and NOISE_CPUS, parsed
+    cpu_latency_limit: int | str | None = None  # CPU_LATENCY parsed (bare): µs, auto or None
 
     @classmethod
     def parse(cls, values: Mapping[str, object], need_inventory: bool = True) -> RunSpec:
@@ -63,12 +66,13 @@ class RunSpec(Asked):
         check_network(asked)
         check_load(asked)
         check_measures(asked)
-        groups = neighbours.check_request(asked)
+        groups, cpus = neighbours.check_request(asked)
         return dataclasses.replace(
             asked,
             **sizes(asked),
             noise=noise_text(groups) or None,  # "none" and "" are no neighbours
             noise_groups=groups,
+            cpus=cpus,
             require=checked_require(asked.require),
             setting=scheduler_setting(asked),
             policy=power_policy(asked),
@@ -78,10 +82,10 @@ class RunSpec(Asked):
         """CPU_LATENCY for the bare target; a testbed needs its inventory."""
         if not self.on_testbed:
             try:
-                tuning.parse_cpu_latency(self.cpu_latency)
+                limit = tuning.parse_cpu_latency(self.cpu_latency)
             except tuning.TuningError as e:
                 raise RunError(str(e)) from None
-            return self
+            return dataclasses.replace(self, cpu_latency_limit=limit)
         if need_inventory and not self.hosts:
             raise RunError(
                 f"TARGET={self.target} needs the testbed: HOST=<host> or INVENTORY=<dir>"
@@ -96,7 +100,7 @@ class RunSpec(Asked):
     @property
     def on_testbed(self) -> bool:
         """A KVM or Xen testbed (HOST or INVENTORY), not this machine."""
-        return self.target != "bare"
+        return kind(self.target).testbed
 
     def requested(self) -> dict:
         """The request as meta.json `requested` records it (spec.FIELDS)."""
@@ -306,7 +310,7 @@ def checked_require(require: str | None) -> str | None:
 def scheduler_setting(asked) -> Setting:
     """The scheduler setting for the target's backend (Refused names a bad value)."""
     return validate(
-        BACKEND_OF_TARGET[asked.target],
+        kind(asked.target).backend,
         asked.sched,
         budget_us=asked.budget,
         period_us=asked.period,

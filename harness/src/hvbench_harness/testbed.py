@@ -24,6 +24,8 @@ from pathlib import Path
 
 from hvbench_agent.names import BadName, check_name
 
+from hvbench_harness.targets.kinds import KINDS
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -123,6 +125,21 @@ class Machine:
             self.command(tethered), stdin=subprocess.PIPE, start_new_session=True, **popen_kwargs
         )
 
+    def stream(
+        self, args: list[str], root: bool = False, stderr=subprocess.PIPE
+    ) -> subprocess.Popen:
+        """An agent's stream there (trace, energy): a process the caller talks to line by line,
+        text on stdin and stdout, in its own process group. Closing its stdin ends it, here as
+        over SSH (the agent's streams stop at the end of their input)."""
+        return subprocess.Popen(
+            self.command(args, root=root),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
+
     def run(
         self,
         args: list[str],
@@ -166,6 +183,9 @@ class Machine:
             )
         if sender.returncode != 0 or unpacked.returncode != 0:
             raise TestbedError(f"{self.name}: copying {directory} back failed")
+
+
+HERE = Machine("this machine")  # the harness's own machine: the bare target's parts run here
 
 
 def ssh_command(conn: dict) -> tuple[str, ...]:
@@ -373,9 +393,9 @@ def resolve(inventory: str, out: Path) -> Testbed:
 
 
 # Where a run executes: this machine, or the guests of a KVM or Xen testbed.
-TARGETS = ("bare", "kvm", "xen")
-# The inventory groups of the testbed hosts, and the hypervisor each stands for.
-HYPERVISOR_GROUPS = {"kvm_hosts": "kvm", "xen_hosts": "xen"}
+TARGETS = tuple(KINDS)
+# The inventory groups of the testbed hosts, and the target each stands for.
+HYPERVISOR_GROUPS = {k.inventory_group: k.name for k in KINDS.values() if k.inventory_group}
 
 
 def inventory_target(inventory: str) -> str:

@@ -23,7 +23,7 @@ from hvbench_agent.neighbours import WORKLOAD
 from hvbench_analysis import results as results_contract
 
 from hvbench_harness.parts import RunError, tail
-from hvbench_harness.testbed import TestbedError
+from hvbench_harness.testbed import HERE, TestbedError
 
 READY_LINE = "producers started"  # the copy's log says so once it sends
 COPY_STOP_S = 300.0  # a stopped copy tears down and writes its results (minutes in emulation)
@@ -81,8 +81,8 @@ class WorkloadCopy:
     def start(self, patience_s: float = 300.0) -> None:
         """Start it and wait until its producers send; RunError if it ends first."""
         with open(self.log, "wb") as sink:
-            self.proc = subprocess.Popen(
-                self.cmd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+            self.proc = HERE.start(
+                self.cmd, stdout=sink, stderr=subprocess.STDOUT,
                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             )  # fmt: skip
         deadline = time.monotonic() + patience_s

@@ -37,6 +37,7 @@ from hvbench_harness.campaign.index import Index
 from hvbench_harness.campaign.runner import Interrupted, Runner, log
 from hvbench_harness.parts import RunError
 from hvbench_harness.runlocks import hold, registered_machines
+from hvbench_harness.targets.kinds import kind
 from hvbench_harness.testbed import TestbedError, inventory_target
 
 
@@ -60,7 +61,7 @@ def run_campaign(
     campaign: Campaign, options: Options, harness: tuple[str, ...] | None = None
 ) -> int:
     """Every run of the campaign (or its search), while it holds its machines; the exit code."""
-    if campaign.target != "bare":
+    if kind(campaign.target).testbed:
         if not options.inventory:
             raise CampaignError(
                 f"{campaign.file} runs on {campaign.target}: HOST=<host> or INVENTORY=<dir>"
@@ -131,8 +132,7 @@ def run_held(
 def harness_args(options: Options, target: str) -> list[str]:
     """The inputs every run of the campaign reads, as the harness's options: a testbed's
     inventory, or this machine's data, model and jars."""
-    names = ("inventory",) if target != "bare" else ("data", "model", "kafka_libs", "connector_dir")
-    return spec.to_argv({name: getattr(options, name) for name in names})
+    return spec.to_argv({name: getattr(options, name) for name in kind(target).inputs})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from hvbench_agent.sched import Refused
 from hvbench_harness import spec
 from hvbench_harness.parts import RunError
 from hvbench_harness.runspec import RunSpec
+from hvbench_harness.targets.kinds import kind
 from hvbench_harness.testbed import TARGETS
 
 ORDERS = ("sequential", "shuffled")
@@ -36,7 +37,6 @@ SETTING_KEYS = set(spec.CAMPAIGN_KEYS)
 SHORT = spec.SHORT | {"rate": "r"}  # a campaign may give the rate instead of SEND_MS
 # Seconds a run takes besides sending (start Kafka and the job, drain, tear down), until the
 # campaign has measured its own.
-OVERHEAD_S = {"bare": 60.0, "kvm": 120.0, "xen": 120.0}
 
 
 class CampaignError(ValueError):
@@ -393,7 +393,7 @@ def describe(campaign: Campaign) -> str:
             f"{len(campaign.points)} point(s) × {campaign.repetitions} repetition(s) = {runs} runs"
         )
         send_s = sum(p.expected_send_s() for p in campaign.points) * campaign.repetitions
-    total = send_s + runs * OVERHEAD_S[campaign.target]
+    total = send_s + runs * kind(campaign.target).overhead_s
     return f"{what} on {campaign.target}, {campaign.order}; about {duration(total)}"
 
 

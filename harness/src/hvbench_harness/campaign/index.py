@@ -10,13 +10,13 @@ from pathlib import Path
 from hvbench_analysis import results as results_contract
 
 from hvbench_harness.campaign.file import (
-    OVERHEAD_S,
     Campaign,
     CampaignError,
     ModelSearch,
     Point,
     run_id,
 )
+from hvbench_harness.targets.kinds import kind
 
 
 class Index:
@@ -98,7 +98,7 @@ class Index:
             for e in self.doc["runs"]
             if e["status"] == "done" and e.get("duration_s") is not None
         ]
-        return sum(extra) / len(extra) if extra else OVERHEAD_S[target]
+        return sum(extra) / len(extra) if extra else kind(target).overhead_s
 
 
 def _entry(point: Point, rep: int) -> dict:

@@ -6,28 +6,27 @@ each target is composed with its layout (one broker and job, or a cluster: *_lay
 A target knows its two machines (messaging: Kafka, producers, consumer; real-time: the job),
 where the inputs are on them, how to calibrate the TSC that stamps both ends, how to start the
 broker, which scheduler takes the run's setting, and which facts describe the run.
+
+What each target is before one is chosen (testbed or not, its backend, its inputs) is in
+kinds.py, which the command line reads without loading any target.
 """
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from hvbench_agent.sched import Setting
+if TYPE_CHECKING:  # the targets load Kafka's and Flink's clients: only when one is chosen
+    import subprocess
 
-import tsc_timer
-from hvbench_harness import readiness
-from hvbench_harness.parts import Parts, Process
-from hvbench_harness.runspec import RunSpec
-from hvbench_harness.targets.bare import BareTarget
-from hvbench_harness.targets.common import CALIBRATION, TOPICS, Here, Paths, job_env
-from hvbench_harness.targets.testbed import TestbedTarget
-from hvbench_harness.testbed import Machine
+    from hvbench_agent.sched import Setting
 
-__all__ = ["CALIBRATION", "TOPICS", "BareTarget", "Here", "Paths", "Target", "TestbedTarget"]
-__all__ += ["choose", "job_env"]
+    import tsc_timer
+    from hvbench_harness.parts import Parts, Process
+    from hvbench_harness.runspec import RunSpec
+    from hvbench_harness.targets.common import Paths
+    from hvbench_harness.testbed import Machine
 
 
 class Target(Protocol):
@@ -39,6 +38,7 @@ class Target(Protocol):
     realtime: Machine  # the job
     paths: Paths  # the inputs and the work directory, where the parts read them
     ready_timeout_s: float  # for the job to answer the readiness probe
+    subscribe_s: float  # for a consumer to get its partitions
     stall_s: float  # no result for this long while sending is a stall (unless STALL_S)
     job_shares_clock: bool  # the job stamps on the run's clock
     job_clocks: int  # the machines whose clocks the job's stamps come from
@@ -76,12 +76,16 @@ def choose(request: RunSpec, run_id: str, work: Path) -> Target:
     """The run's target, its machines and its scheduler checked and found ready, before
     anything starts; RunError (or the scheduler's Refused) otherwise, and nothing is left
     behind (a testbed's work directory, made to find the testbed, goes)."""
+    from hvbench_harness import readiness
+    from hvbench_harness.targets.bare import BareTarget
+    from hvbench_harness.targets.testbed import TestbedTarget
+
     require = readiness.parse_require(request.require)
     try:
-        if request.target == "bare":
-            target: Target = BareTarget(request, run_id)
+        if request.on_testbed:
+            target: Target = TestbedTarget(request, run_id, work)
         else:
-            target = TestbedTarget(request, run_id, work)
+            target = BareTarget(request, run_id)
         target.check(request.setting, require)
         target.power.check()
     except BaseException:

@@ -18,7 +18,7 @@ from hvbench_analysis.results import BASELINE
 from hvbench_load.broker import HUNG, KafkaBroker, KafkaCluster
 
 import tsc_timer
-from hvbench_harness import readiness
+from hvbench_harness import build, readiness
 from hvbench_harness.accounting import pair_file
 from hvbench_harness.neighbours import LocalNoise, bare_noise_cpus
 from hvbench_harness.parts import Parts, Process, RunError, log, running, stopped_part, tail
@@ -35,7 +35,7 @@ from hvbench_harness.targets.common import (
     job_threads,
     rt_profiles,
 )
-from hvbench_harness.testbed import Machine
+from hvbench_harness.testbed import HERE, Machine
 
 
 class BareTarget:
@@ -43,15 +43,20 @@ class BareTarget:
 
     name = "bare"
     ready_timeout_s = 180.0
+    subscribe_s = 60.0
     stall_s = 8.0  # no result for this long while sending is a stall (unless STALL_S says)
     job_shares_clock = True  # the job adopts the run's calibration: one clock for every stamp
     job_clocks = 1  # the machines the job's stamps come from
 
     def __init__(self, request: RunSpec, run_id: str, here: Here | None = None):
-        """here: what this machine gives the run (check_machine, by default)."""
-        self.request, self.here = request, here or check_machine(request)
+        """here: what this machine gives the run (by default its inputs, made where missing,
+        and the machine checked: build_inputs, check_machine)."""
+        if here is None:
+            build_inputs(request)
+            here = check_machine(request)
+        self.request, self.here = request, here
         self.cpu_latency = self.here.cpu_latency
-        self.messaging = self.realtime = Machine("this machine")
+        self.messaging = self.realtime = HERE
         self.paths = Paths(
             request.data,
             request.model,
@@ -291,6 +296,20 @@ def data_network(data: Path) -> str | None:
         return None
 
 
+def build_inputs(request: RunSpec) -> None:
+    """In a source checkout, make makes what a run here reads where it is missing: Kafka's and
+    the connector's jars, the data for NETWORK and the model (minutes on a fresh clone: make
+    workload-inputs), and cyclictest and stress-ng for BASELINE and NOISE (make rt-tools). The
+    request is checked whole before (RunSpec.parse), so a bad setting builds nothing."""
+    goals = ["workload-inputs", *(["rt-tools"] if request.baseline or request.noise else [])]
+    paths = {"DATA_DIR": request.data, "MODEL_DIR": request.model}  # make runs in the checkout
+    variables = {name: str(Path(path).resolve()) for name, path in paths.items()}
+    try:
+        build.make(goals, {**variables, "NETWORK": request.network})
+    except build.BuildError as e:
+        raise RunError(str(e)) from None
+
+
 def check_machine(request: RunSpec) -> Here:
     """What a bare run needs of this machine, before anything is started or touched: its model
     and data (for the request's NETWORK), its CPUs for JOB_CPUS and NOISE_CPUS, and the
@@ -307,8 +326,8 @@ def check_machine(request: RunSpec) -> Here:
             f"the data at {request.data} is for NETWORK={generated_for}, not {request.network} "
             f"(make data NETWORK={request.network} DATA_DIR=... makes it)"
         )
-    noise_cpus = bare_noise_cpus(request.noise_cpus, request.job_cpus)
-    requested, why = tuning.parse_cpu_latency(request.cpu_latency), ""
+    noise_cpus = bare_noise_cpus(request.cpus)
+    requested, why = request.cpu_latency_limit, ""
     if request.max_cstate is not None and requested == "auto":  # the run's idle states, not 0 µs
         requested, why = None, f"MAX_CSTATE={request.max_cstate} sets the idle states"
     cpu_latency = tuning.CpuLatency(requested, off_because=why)

@@ -35,7 +35,7 @@ from hvbench_harness.targets.common import (
     output,
     topic_names,
 )
-from hvbench_harness.testbed import Machine
+from hvbench_harness.testbed import HERE, Machine
 
 
 def local_layout(request: RunSpec, work: Path) -> LocalOne | LocalCluster:
@@ -51,7 +51,9 @@ class LocalOne:
         self.request, self.work = request, work
 
     def start_kafka(self, parts: Parts) -> KafkaBroker:
-        broker = KafkaBroker(self.request.kafka_libs, self.work / "kafka")
+        broker = KafkaBroker(
+            self.request.kafka_libs, self.work / "kafka", spawn=parts.launcher("Kafka", HERE)
+        )
         parts.on_teardown(lambda: parts.record("Kafka", broker.stop()))
         broker.start()
         broker.create_topics(topic_names(self.request.clients))
@@ -110,6 +112,7 @@ class LocalCluster:
             nodes,
             min(REPLICATION, nodes),
             min(MIN_INSYNC, nodes),
+            spawn=parts.launcher("Kafka cluster", HERE),
         )
         parts.on_teardown(lambda: parts.record("Kafka cluster", kafka.stop()))
         kafka.start()

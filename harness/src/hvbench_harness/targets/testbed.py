@@ -28,6 +28,7 @@ from hvbench_harness.targets.common import (
     rt_profiles,
 )
 from hvbench_harness.targets.host_scheduler import HostScheduler
+from hvbench_harness.targets.kinds import kind
 from hvbench_harness.targets.testbed_layouts import testbed_layout
 from hvbench_harness.testbed import Machine, Testbed, TestbedError, resolve
 
@@ -37,6 +38,7 @@ class TestbedTarget:
     job in the real-time VM, the setting on the host through its agent."""
 
     ready_timeout_s = 900.0  # a JVM and a model inside a guest (very slow under emulation)
+    subscribe_s = 300.0  # a consumer started over SSH in a guest
     # No result for this long while sending is a stall (unless STALL_S says): results from a
     # guest under emulation come in bursts seconds apart.
     stall_s = 30.0
@@ -177,10 +179,8 @@ class TestbedTarget:
         QEMU and libvirt."""
         facts = (self.readiness.get("facts") or {}).get(self.testbed.host.name) or {}
         found = facts.get(self.name) or {}
-        if self.name == "xen":
-            keep = ("version", "changeset", "build", "commandline", "scheduler")
-            return {"name": "xen", **{k: found.get(k) for k in keep}}
-        return {"name": self.name, **found}
+        keep = kind(self.name).hypervisor_facts
+        return {"name": self.name, **({k: found.get(k) for k in keep} if keep else found)}
 
     def guests(self) -> list[dict]:
         """Every guest on the hosts as the hypervisor has it before the run: state, vCPUs and

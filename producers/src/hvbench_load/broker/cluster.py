@@ -16,6 +16,7 @@ from hvbench_load.broker.node import (
     BrokerError,
     KafkaBroker,
     Quorum,
+    Spawn,
     free_port,
     java_version,
     new_cluster_id,
@@ -36,6 +37,7 @@ class KafkaCluster:
         replication: int = 3,
         min_insync: int = 2,
         host: str = "127.0.0.1",
+        spawn: Spawn | None = None,
     ) -> None:
         if not 1 <= min_insync <= replication <= nodes:
             raise BrokerError(
@@ -53,6 +55,7 @@ class KafkaCluster:
                 host=host,
                 controller_port=port,
                 quorum=Quorum(node, voters, cluster_id, replication, min_insync),
+                spawn=spawn,
             )
             for node, port in controllers.items()
         ]

@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,6 +143,13 @@ class Quorum:
         return ["--standalone"] if len(self.voters) == 1 else []
 
 
+Spawn = Callable[..., subprocess.Popen]
+
+
+def own_session(command: list[str], **popen) -> subprocess.Popen:
+    return subprocess.Popen(command, start_new_session=True, **popen)
+
+
 class KafkaBroker:
     def __init__(
         self,
@@ -153,7 +161,10 @@ class KafkaBroker:
         jvm_opts: tuple[str, ...] = DEFAULT_JVM_OPTS,
         java: str = "java",
         quorum: Quorum | None = None,
+        spawn: Spawn | None = None,
     ) -> None:
+        """spawn(command, **popen): how the JVM is started (a harness starts it as a part of
+        its run); by default a process of its own session here."""
         self.libs = Path(libs).resolve()
         if not (self.libs / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
             raise BrokerError(f"no Kafka {KAFKA_VERSION} jars in {self.libs} (run `make kafka`)")
@@ -163,6 +174,7 @@ class KafkaBroker:
         self.controller_port = controller_port or free_port(host)
         self.jvm_opts = jvm_opts
         self.java = java
+        self._spawn = spawn or own_session
         self.process: subprocess.Popen | None = None
         self.faults: list[dict] = []
         self.failure: str | None = None
@@ -254,11 +266,10 @@ class KafkaBroker:
         """Start the JVM on the configuration and data in work_dir."""
         with open(self.work_dir / "broker.out", "ab") as out:
             # own session: stop() signals the JVM alone, a Ctrl-C in the terminal does not
-            self.process = subprocess.Popen(
+            self.process = self._spawn(
                 self._java("kafka.Kafka", str(self.work_dir / "server.properties")),
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
             )
 
     def serving(self, timeout: float) -> None:
