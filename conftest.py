@@ -21,7 +21,7 @@ SMALL_DAYS = 6
 SMALL_SEED = 7
 SMALL_TRAINING = ["--epochs", "1", "--baselines", "linear"]
 # Trained small models, one per content key (small_model_key), kept between pytest sessions as
-# the wheels are (Makefile's WHEELS)
+# the wheels are (scripts/venv)
 MODEL_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hvbench/models"
 
 
