@@ -125,7 +125,7 @@ def test_stopped_loads_are_continued_at_their_stop_and_none_is_left(tmp_path):
     teardown check then finds none of its processes."""
     args = request("NOISE=2:cpu")
     noise = neighbours.LocalNoise(neighbours_of("2:cpu"), None, args, tmp_path)
-    noise.start()
+    noise.start(Parts(tmp_path))
     processes = noise.processes()
     assert len(processes) == 3  # stress-ng and its two stressors
     for process in processes:
@@ -145,7 +145,7 @@ def test_stressors_left_by_a_killed_stress_ng_are_found_and_ended(tmp_path):
     neighbours' processes seen at their start, ends them and records it."""
     parts = Parts(tmp_path)  # before the loads: older processes are never the run's
     noise = neighbours.LocalNoise(neighbours_of("1:cpu"), None, request("NOISE=1:cpu"), tmp_path)
-    noise.start()
+    noise.start(parts)
     seen = noise.processes()
     assert len(seen) == 2  # stress-ng and its stressor
     for process in seen:

@@ -14,7 +14,9 @@ import json
 import os
 import shlex
 import signal
+import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +31,8 @@ from hvbench_agent.neighbours import (
     parse_cpus,
 )
 
-from hvbench_harness.parts import Process, RunError, log, running
-from hvbench_harness.testbed import TestbedError
+from hvbench_harness.parts import Parts, Process, RunError, log, running
+from hvbench_harness.testbed import HERE, TestbedError
 from hvbench_harness.workload_copy import RemoteWorkloadCopy, WorkloadCopy
 
 
@@ -118,6 +120,22 @@ def bare_noise_cpus(cpus: CpuSets) -> str | None:
     return cpu_list(cpus.noise)
 
 
+NEIGHBOUR = "a neighbour (stress-ng)"
+
+
+class LocalLoad(Load):
+    """One group of loads as one stress-ng here, started as every part of a run is: on a
+    Machine (this one, in a session of its own), through Parts."""
+
+    part = NEIGHBOUR  # its name as a part of the run
+
+    def start(self, launch: Callable[..., subprocess.Popen]) -> None:
+        self.yaml.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as sink:
+            self.proc = launch(self.cmd, stdout=sink, stderr=subprocess.STDOUT)
+        self.started = time.monotonic()
+
+
 class LocalNoise:
     """The bare target's neighbours: one stress-ng per group of loads, or a second run of the
     whole pipeline per workload copy, on `cpus` (None: any CPU)."""
@@ -129,7 +147,7 @@ class LocalNoise:
                 self.parts += [WorkloadCopy(request, cpus, work, f"workload-{i}-{k}")
                                for k in range(group.count)]  # fmt: skip
             else:
-                self.parts.append(Load(group, cpus, work, f"noise-{i}"))
+                self.parts.append(LocalLoad(group, cpus, work, f"noise-{i}"))
         self.record: dict = {
             "requested": neighbours.text(groups),
             "where": request.noise_cpus,
@@ -138,10 +156,12 @@ class LocalNoise:
         }
         self.stopped = False
 
-    def start(self) -> dict:
-        """Start every neighbour; the record (meta.json `noise`), which stop() completes."""
+    def start(self, parts: Parts) -> dict:
+        """Start every neighbour, each a part of the run here (Parts.launch: stop() stops
+        them); the record (meta.json `noise`), which stop() completes."""
         for part in self.parts:
-            part.start()  # a part that fails to start leaves those before it to stop()
+            part.start(parts.launcher(part.part, HERE))  # one that fails leaves those before it
+            # to stop()
             self.record["groups"].append({"placement": part.placement()})
         for part, group in zip(self.parts, self.record["groups"], strict=True):
             if not part.alive():
@@ -155,8 +175,8 @@ class LocalNoise:
         pids = [p for part in self.loads() for p in (part.proc.pid, *children(part.proc.pid))]
         return [process for pid in pids if (process := running(pid)) is not None]
 
-    def loads(self) -> list[Load]:
-        return [p for p in self.parts if isinstance(p, Load) and p.proc is not None]
+    def loads(self) -> list[LocalLoad]:
+        return [p for p in self.parts if isinstance(p, LocalLoad) and p.proc is not None]
 
     def stop(self) -> None:
         if self.stopped:

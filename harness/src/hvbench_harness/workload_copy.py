@@ -17,13 +17,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hvbench_agent.neighbours import WORKLOAD
 from hvbench_analysis import results as results_contract
 
 from hvbench_harness.parts import RunError, tail
-from hvbench_harness.testbed import HERE, TestbedError
+from hvbench_harness.testbed import TestbedError
 
 READY_LINE = "producers started"  # the copy's log says so once it sends
 COPY_STOP_S = 300.0  # a stopped copy tears down and writes its results (minutes in emulation)
@@ -64,6 +65,8 @@ def copy_record(meta: dict | None, seconds: float, log_tail: str) -> dict:
 class WorkloadCopy:
     """A copy on this machine, in a child process, its job on the neighbours' CPUs."""
 
+    part = "a neighbour (a workload copy)"  # its name as a part of the run
+
     def __init__(self, request, cpus: str | None, work: Path, name: str):
         self.name, self.cpus = name, cpus
         self.run_id = f"{work.name}-{name}"
@@ -78,10 +81,11 @@ class WorkloadCopy:
         self.proc: subprocess.Popen | None = None
         self.started = 0.0
 
-    def start(self, patience_s: float = 300.0) -> None:
-        """Start it and wait until its producers send; RunError if it ends first."""
+    def start(self, launch: Callable[..., subprocess.Popen], patience_s: float = 300.0) -> None:
+        """Start it with `launch` (Parts.launcher: a part of the run here) and wait until its
+        producers send; RunError if it ends first."""
         with open(self.log, "wb") as sink:
-            self.proc = HERE.start(
+            self.proc = launch(
                 self.cmd, stdout=sink, stderr=subprocess.STDOUT,
                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             )  # fmt: skip

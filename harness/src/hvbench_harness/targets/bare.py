@@ -20,7 +20,7 @@ from hvbench_load.broker import HUNG, KafkaBroker, KafkaCluster
 import tsc_timer
 from hvbench_harness import build, readiness
 from hvbench_harness.accounting import pair_file
-from hvbench_harness.neighbours import LocalNoise, bare_noise_cpus
+from hvbench_harness.neighbours import NEIGHBOUR, LocalNoise, bare_noise_cpus
 from hvbench_harness.parts import Parts, Process, RunError, log, running, stopped_part, tail
 from hvbench_harness.power import EnergyMeter, HostPower
 from hvbench_harness.runspec import RunSpec
@@ -182,9 +182,9 @@ class BareTarget:
             request.noise_groups, self.here.noise_cpus, request, Path(self.paths.work)
         )
         parts.on_teardown(self.noise.stop)
-        record = self.noise.start()
+        record = self.noise.start(parts)
         for process in self.noise.processes():  # the teardown checks that none is left
-            self.seen.setdefault(process.pid, ("a neighbour (stress-ng)", process))
+            self.seen.setdefault(process.pid, (NEIGHBOUR, process))
         return record
 
     def stop_noise(self) -> None:
