@@ -3,7 +3,10 @@
 clone), with one line naming the field and nothing created; every verb's --help works; a run
 whose records would all be warm-up is refused with the figures to change."""
 
+from importlib import metadata
+
 import pytest
+from hvbench_analysis import results
 from hvbench_harness import cli, run, spec
 
 # A bad value of each field, as a Make word takes it (None: the field has none that can be told
@@ -143,3 +146,10 @@ def test_run_help_lists_every_field(capsys):
     for field in spec.FIELDS + spec.INPUTS:
         assert field.flag in out and f"{field.make}:" in out, field.name
     assert "% of one CPU" in out  # CAP's help, once a format string for argparse
+
+
+def test_the_version_is_the_installed_packages_and_the_results_schema(capsys):
+    assert cli.main(["--version"]) == 0
+    out = capsys.readouterr().out.strip()
+    installed = metadata.version("hvbench-harness")
+    assert out.startswith(f"hvbench {installed} (results schema {results.SCHEMA_VERSION}")

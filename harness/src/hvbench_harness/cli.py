@@ -185,9 +185,30 @@ ACTIONS = {"check": check, "sched": sched, "provision": provision, "teardown": t
 
 def usage() -> str:
     verbs = {**{v: what for v, (_, what) in MODULE_VERBS.items()}, **PLAYBOOK_VERBS}
-    return "usage: hvbench VERB ...\n\n" + "\n".join(
+    return "usage: hvbench VERB ... | hvbench --version\n\n" + "\n".join(
         f"  {verb:<10} {what}" for verb, what in verbs.items()
     )
+
+
+# hvbench's packages, as installed: a run's results name the version that wrote them.
+PACKAGES = ("hvbench-harness", "hvbench-agent", "hvbench-analysis", "hvbench-load", "hvbench-job")
+
+
+def version() -> str:
+    """hvbench's version, each package's where they differ, and the results' schema."""
+    from importlib import metadata
+
+    from hvbench_analysis.results import SCHEMA_VERSION
+
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    ours = found["hvbench-harness"]
+    others = ", ".join(f"{name} {v}" for name, v in found.items() if v != ours)
+    return f"hvbench {ours} (results schema {SCHEMA_VERSION}{'; ' + others if others else ''})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.split("\n\n")[0] + "\n\n" + usage())
         return 0 if argv else 2
     verb, rest = argv[0], argv[1:]
+    if verb == "--version":
+        print(version())
+        return 0
     if verb in MODULE_VERBS:
         return importlib.import_module(MODULE_VERBS[verb][0]).main(rest)
     if verb not in ACTIONS:
