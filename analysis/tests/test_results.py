@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from hvbench_analysis import report, results
 from hvbench_analysis.load import load_runs, run_dirs
@@ -140,3 +141,38 @@ def test_runs_of_older_schemas_load_upgraded_and_report(folder, tmp_path):
     assert report.main(["--results", str(folder), "--out", str(out)]) == 0
     table = (out / "tables" / "percentiles_by_config.csv").read_text()
     assert "20000" in table and "50000" in table
+
+
+def test_nanoseconds_are_written_as_integers_and_a_missing_one_as_an_empty_field(tmp_path):
+    synthetic = write_run(tmp_path / "synthetic", np.full(3, 2_000_000))
+    meta, samples = results.read_meta(synthetic), pd.read_csv(synthetic / results.SAMPLES)
+    samples["received_ns"] = samples["received_ns"].astype(float)
+    samples.loc[2, ["received_ns", "latency_ns", "latency_from_intended_ns"]] = float("nan")
+    samples["route_cost_s"] = 722.037  # a column that is no count of nanoseconds stays a float
+    results.write_run(tmp_path / "r", meta, samples)
+    written = pd.read_csv(tmp_path / "r" / results.SAMPLES, dtype=str, keep_default_na=False)
+    assert written.loc[0, "received_ns"] == str(int(samples.loc[0, "received_ns"]))
+    assert written.loc[2, "received_ns"] == "" and written.loc[2, "latency_ns"] == ""
+    assert set(written["route_cost_s"]) == {"722.037"}
+
+
+def test_samples_written_with_float_nanoseconds_still_read(tmp_path):
+    run = shutil.copytree(
+        Path(__file__).parent / "data" / "v11-deadline-bare" / "deadline-b20000-r1", tmp_path / "r"
+    )
+    text = (run / results.SAMPLES).read_text().splitlines()
+    floats = [text[0]] + [
+        ",".join(v + ".0" if v.isdigit() and len(v) > 9 else v for v in line.split(","))
+        for line in text[1:]
+    ]
+    (run / results.SAMPLES).write_text(
+        "\n".join(floats) + "\n"
+    )  # as runs before integers wrote them
+    assert ".0," in (run / results.SAMPLES).read_text()
+    again = results.read_samples(run)
+    assert (
+        again["received_ns"].tolist()
+        == results.read_samples(
+            Path(__file__).parent / "data" / "v11-deadline-bare" / "deadline-b20000-r1"
+        )["received_ns"].tolist()
+    )

@@ -236,6 +236,20 @@ def write_run(
     return directory
 
 
+def integer_ns(samples: pd.DataFrame) -> pd.DataFrame:
+    """The nanosecond columns as integers, a record with none (never received) an empty field:
+    `395342835089`, not the `395342835089.0` a column with gaps becomes. A column with a
+    fraction in it stays as it is."""
+    whole = {
+        column: "Int64"
+        for column in samples.columns
+        if column.endswith("_ns")
+        and samples[column].dtype.kind == "f"
+        and (samples[column].dropna() % 1 == 0).all()
+    }
+    return samples.astype(whole) if whole else samples
+
+
 def _write_files(
     folder: Path,
     samples: pd.DataFrame | None,
@@ -247,7 +261,7 @@ def _write_files(
     """samples.csv, the dead letters, logs/ and raw/ into `folder`; meta.json's `files`."""
     files = {}
     if samples is not None:
-        samples.to_csv(folder / SAMPLES, index=False, float_format=float_format)
+        integer_ns(samples).to_csv(folder / SAMPLES, index=False, float_format=float_format)
         files["samples"] = SAMPLES
     if dead_letters is not None:
         shutil.copy(dead_letters, folder / DEAD_LETTERS)
