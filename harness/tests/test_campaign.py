@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hvbench_harness import campaign
+from hvbench_harness.campaign.runner import last_progress
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -434,3 +435,17 @@ def test_a_rate_is_spread_over_the_points_network(tmp_path):
     assert freeway.send_ms() == 100.0 and freeway.rate_per_s() == 60
     assert bay.send_ms() == 500.0 and bay.rate_per_s() == 650
     assert bay.expected_send_s() == 62 * 0.5  # 20,000 records: 62 per sensor at most
+
+
+def test_a_running_runs_last_progress_line_is_shown(tmp_path):
+    log_file = tmp_path / "run.log"
+    assert last_progress(log_file) is None  # no log yet
+    log_file.write_text(
+        "[10:00:00] run r: 360 records\n"
+        "[10:00:10]   received 59/360 dead-letters 1, latency p50 11.28 p99 65.94 max 65.94 ms "
+        "so far, about 5 s left\n"
+        "\r  received 120/360 dead-letters 1  (12 s)"  # a terminal's line, rewritten in place
+    )
+    assert last_progress(log_file) == "received 120/360 dead-letters 1  (12 s)"
+    log_file.write_text("[10:00:20]   sent 360  received 360  missing 0\n")
+    assert last_progress(log_file) is None  # the summary is no progress line

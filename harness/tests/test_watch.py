@@ -12,7 +12,7 @@ import pytest
 from hvbench_harness.parts import RunError
 from hvbench_harness.targets import bare as bare_target
 from hvbench_harness.targets import testbed as testbed_target
-from hvbench_harness.watch import RECONNECT_S, Stall, stall_limit, wait_for_producers
+from hvbench_harness.watch import RECONNECT_S, Progress, Stall, stall_limit, wait_for_producers
 
 
 def figures(got: int, due: int = 360, letters: int = 0) -> dict:
@@ -71,3 +71,23 @@ def test_producers_stopped_after_the_consumers_had_everything_fail_the_run_not_h
         os.kill(hung.pid, signal.SIGCONT)
         hung.kill()
         hung.wait()
+
+
+def test_the_progress_line_has_the_latency_so_far_and_the_time_left():
+    progress = Progress(rate=60.0)
+    progress.take(0, "consumer: received 600/20000 dead-letters 2")
+    assert progress.text() == "received 600/20000 dead-letters 2, about 5 min left"
+    progress.take(
+        0, "consumer: received 1200/10000 dead-letters 2 latency p50 3.10 p99 8.20 max 12.00 ms"
+    )
+    progress.take(
+        1, "consumer: received 1100/10000 dead-letters 0 latency p50 2.00 p99 9.50 max 11.00 ms"
+    )
+    assert progress.text() == (
+        "received 2300/20000 dead-letters 2, latency p50 2.00 p99 9.50 max 11.00 ms so far "
+        "(the worst pair's), about 5 min left"
+    )
+    assert progress.pairs == {0: [1200, 10000, 2], 1: [1100, 10000, 0]}  # as Stall reads them
+    progress.take(0, "consumer: received 10000/10000 dead-letters 2")
+    progress.take(1, "consumer: received 10000/10000 dead-letters 0")
+    assert progress.text().endswith("so far (the worst pair's)")  # nothing left to send

@@ -9,10 +9,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from hvbench_agent import tuning
 from hvbench_load.producers import RAMP_START, SENDING
 
+from hvbench_harness import spec
 from hvbench_harness.accounting import pair_file
 from hvbench_harness.cpu import PartCpu
 from hvbench_harness.parts import (
@@ -102,14 +104,15 @@ def drain(
     started = time.monotonic()
     cpu_at_start = {m.name: cpu_times(m) for m in machines}
     pids = target.part_pids(job, {"producers": producers, "consumer": [c for c, _ in consumers]})
-    usage, sending, progress = PartCpu(pids), False, {}
+    usage, sending = PartCpu(pids), False
+    progress = Progress(spec.rate_per_s(request.send_ms, request.network))
     drain_deadline, steal, warmed_up = None, None, 0.0
     stall = Stall(stall_limit(request, target))
     meta_doc["watch"] = {"stall_s": stall.limit_s}
     while any(c.poll() is None for c, _ in consumers):
         time.sleep(0.2)
         relay(consumers, progress, started)
-        stall.progress(progress, time.monotonic())
+        stall.progress(progress.pairs, time.monotonic())
         if not sending and SENDING in (parts.work / "producers.out").read_text(errors="replace"):
             usage, sending = PartCpu(pids), True  # from here: loading the data is not sending
             target.energy.mark("sending")
@@ -129,7 +132,11 @@ def drain(
         glance()
         if target.broker_restarting():
             stall.hold(time.monotonic() + RECONNECT_S)
-        if sending and drain_deadline is None and (why := stall.check(time.monotonic(), progress)):
+        if (
+            sending
+            and drain_deadline is None
+            and (why := stall.check(time.monotonic(), progress.pairs))
+        ):
             raise noticed(why)
         if drain_deadline is not None and time.monotonic() > drain_deadline:
             for consumer, _ in consumers:
@@ -192,24 +199,62 @@ def cpu_times(machine: Machine) -> tuning.CpuTimes:
     return tuning.CpuTimes.parse(machine.run(["cat", "/proc/stat"], timeout=60).stdout)
 
 
-def relay(consumers: list, progress: dict, started: float) -> None:
-    """The consumers' lines: their progress (summed over the pairs) on one line, the rest
-    logged as they come."""
-    fresh, before = False, sum(figures[0] for figures in progress.values())
+# The consumer's latency so far, on its progress line (hvbench_load.live): its text, its p99.
+LATENCY = re.compile(r" (latency p50 [\d.]+ p99 ([\d.]+) max [\d.]+ ms)")
+
+
+@dataclass
+class Progress:
+    """The consumers' progress lines: each pair's [received, due, dead letters] (`pairs`, as
+    Stall reads them) and its latency so far (text, p99)."""
+
+    rate: float  # the records sent per second: the time left
+    pairs: dict[int, list[int]] = field(default_factory=dict)
+    latency: dict[int, tuple[str, float]] = field(default_factory=dict)
+
+    def take(self, pair: int, line: str) -> None:
+        self.pairs[pair] = [int(n) for n in re.findall(r"\d+", line)[:3]]
+        if found := LATENCY.search(line):
+            self.latency[pair] = (found[1], float(found[2]))
+
+    def received(self) -> int:
+        return sum(figures[0] for figures in self.pairs.values())
+
+    def text(self) -> str:
+        """`received N/M dead-letters D, latency p50 .. p99 .. max .. ms so far, about T left`
+        (with several pairs, the latency of the one whose p99 is highest)."""
+        got, due, letters = (sum(f[i] for f in self.pairs.values()) for i in range(3))
+        text = f"received {got}/{due} dead-letters {letters}"
+        if self.latency:
+            worst = max(self.latency.values(), key=lambda found: found[1])[0]
+            text += f", {worst} so far" + (" (the worst pair's)" if len(self.pairs) > 1 else "")
+        if self.rate > 0 and got < due:
+            text += f", about {duration_text((due - got) / self.rate)} left"
+        return text
+
+
+def relay(consumers: list, progress: Progress, started: float) -> None:
+    """The consumers' lines: their progress on one line (Progress.text), the rest logged as
+    they come."""
+    fresh, before = False, progress.received()
     for pair, (_, lines) in enumerate(consumers):
         while (line := next_line(lines, 0)) is not None:
             if line.startswith("consumer: received"):
-                progress[pair], fresh = [int(n) for n in re.findall(r"\d+", line)[:3]], True
+                progress.take(pair, line)
+                fresh = True
             elif line:
                 log(line if pair == 0 else f"pair {pair}: {line}")
     if not fresh:
         return
-    got, due, letters = (sum(figures) for figures in zip(*progress.values(), strict=True))
-    text, elapsed = f"received {got}/{due} dead-letters {letters}", time.monotonic() - started
+    text, elapsed = progress.text(), time.monotonic() - started
     if sys.stdout.isatty():
         print(f"\r  {text}  ({elapsed:.0f} s)", end="", flush=True)
-    elif int(elapsed) % 10 == 0 or (before == 0 and got > 0):  # every 10 s, and the first
-        log(f"  {text}")
+    elif int(elapsed) % 10 == 0 or (before == 0 and progress.received() > 0):  # every 10 s,
+        log(f"  {text}")  # and the first
+
+
+def duration_text(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def enter(meta_doc: dict, phase: str) -> None:

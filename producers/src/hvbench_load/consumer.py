@@ -37,6 +37,7 @@ from hvbench_job import clients, networks
 from hvbench_job.records import INTEGER_LIMIT
 
 import tsc_timer
+from hvbench_load.live import LiveLatency
 from hvbench_load.producers import per_detector_counts
 
 # librdkafka consumer settings, chosen for latency and recorded in meta.json.
@@ -90,24 +91,29 @@ def results_of(value: bytes) -> list[bytes]:
 
 
 def own_key(value: bytes, run_id: str) -> tuple[str, int] | None:
-    """(detector, seq) of a result of this run, compared with strict JSON types and ranges
-    (what write() puts in the received file); else None."""
+    """(detector, seq) of a result of this run (own_result); else None."""
+    record = own_result(value, run_id)
+    return None if record is None else (record["detector"], record["seq"])
+
+
+def own_result(value: bytes, run_id: str) -> dict | None:
+    """A result of this run, checked with strict JSON types and ranges (what write() puts in
+    the received file); else None."""
     try:
         record = json.loads(value)
     except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict) or record.get("run") != run_id:
         return None
-    detector, seq = record.get("detector"), record.get("seq")
-    integers = [seq, *(record.get(k) for k in STAMPS)]
-    if not isinstance(detector, str) or not all(in_range(v) for v in integers):
+    integers = [record.get("seq"), *(record.get(k) for k in STAMPS)]
+    if not isinstance(record.get("detector"), str) or not all(in_range(v) for v in integers):
         return None
     if not all(record.get(k) is None or in_range(record[k]) for k in JOB_STAMPS):
         return None
     route = record.get("route", [])
     if not isinstance(route, list) or not all(isinstance(x, str) for x in route):
         return None
-    return detector, seq
+    return record
 
 
 def in_range(value: object) -> bool:
@@ -158,6 +164,7 @@ class Receiver:
         self.results: list[tuple] = []  # (received_ns, raw bytes), parsed at the end
         self.dead_letters: list[tuple[int, bytes]] = []
         self.distinct: set[tuple[str, int]] = set()  # of the keys the producers will send
+        self.live = LiveLatency()
         keys = [d.key for d in networks.network(network).detectors]
         groups, pairs, this = pair
         own = {k for k, c in clients.clients_by_detector(keys, groups, pairs).items() if c == this}
@@ -194,15 +201,18 @@ class Receiver:
             self.dead_letters.append((received, msg.value() or b""))
 
     def _take_result(self, value: bytes, received: int) -> None:
-        key = own_key(value, self.run_id)
-        if key is None:
+        record = own_result(value, self.run_id)
+        if record is None:
             self.foreign += 1
             if len(self.foreign_examples) < FOREIGN_EXAMPLES:
                 self.foreign_examples.append(value[:300].decode(errors="replace"))
             return
         self.results.append((received, value))
-        if key[1] < self.due.get(key[0], 0):  # a look-alike's seq does not count
+        key = (record["detector"], record["seq"])
+        # a look-alike's seq does not count; a copy counts once
+        if key[1] < self.due.get(key[0], 0) and key not in self.distinct:
             self.distinct.add(key)
+            self.live.add(received - record["sent_ns"])  # the progress line's latency so far
 
     def close(self) -> None:
         self.consumer.close()
@@ -286,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             last_report = time.monotonic()
             print(
                 f"consumer: received {len(receiver.distinct)}/{receiver.expected} "
-                f"dead-letters {len(receiver.dead_letters)}",
+                f"dead-letters {len(receiver.dead_letters)}{receiver.live.text()}",
                 flush=True,
             )
     # results may still be in flight when the expected count is reached through duplicates: none

@@ -3,6 +3,9 @@ process, as `make run` starts it, its output in results/<campaign>/logs/<run-id>
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,6 +20,9 @@ from hvbench_analysis.sections import Counts, Latency, Status, present
 
 from hvbench_harness.campaign.file import Campaign, Point, duration, run_argv
 from hvbench_harness.campaign.index import Index, now
+
+PROGRESS_S = 30.0  # a running run's progress line, this often
+PROGRESS = re.compile(r"received \d+/\d+ dead-letters \d+.*")  # as watch.Progress writes it
 
 
 class Interrupted(Exception):
@@ -103,7 +109,7 @@ class Runner:
             )
             if self.stop_signal is not None:  # it came while the child was being started
                 self.stop_child()
-            code = self.child.wait()
+            code = watch_child(self.child, logs / f"{rid}.log")
             self.child = None
         return code, time.monotonic() - started
 
@@ -189,6 +195,30 @@ def failure_reason(log_file: Path, code: int) -> str:
         if line.startswith("make run: "):
             return "\n".join([line[len("make run: ") :], *lines[i + 1 : i + 6]])
     return f"exit {code}: " + " / ".join(line for line in lines[-5:] if line.strip())
+
+
+def watch_child(child: subprocess.Popen, log_file: Path) -> int:
+    """The child's exit code; while it runs, its latest progress line every PROGRESS_S."""
+    shown = time.monotonic()
+    while (code := child.poll()) is None:
+        time.sleep(0.5)
+        if time.monotonic() - shown >= PROGRESS_S:
+            shown = time.monotonic()
+            if line := last_progress(log_file):
+                log(f"  {line}")
+    return code
+
+
+def last_progress(log_file: Path, tail_bytes: int = 8192) -> str | None:
+    """The last progress line (received, dead letters, latency so far, time left) in a run's
+    log, without its time stamp; None before the first."""
+    with contextlib.suppress(OSError), open(log_file, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
+        lines = f.read().decode(errors="replace").replace("\r", "\n").splitlines()
+        for line in reversed(lines):
+            if found := PROGRESS.search(line):
+                return found[0]
+    return None
 
 
 def summary(entry: dict) -> str:
