@@ -48,7 +48,7 @@ def asked(monkeypatch) -> list:
     """The make calls the harness makes, recorded instead of run."""
     calls: list = []
     monkeypatch.setattr(
-        build, "make", lambda goals, variables=None: calls.append((goals, variables))
+        build, "make", lambda goals, variables=None, log=None: calls.append((goals, variables))
     )
     return calls
 
@@ -69,7 +69,7 @@ def test_a_bare_run_asks_for_its_inputs_where_make_runs(settings, goals, asked, 
 
 
 def test_the_bare_target_builds_before_it_checks_the_machine(tmp_path, monkeypatch):
-    def failing(goals, variables=None):
+    def failing(goals, variables=None, log=None):
         raise build.BuildError("make workload-inputs failed (exit 2)")
 
     monkeypatch.setattr(build, "make", failing)
@@ -155,3 +155,12 @@ def test_make_help_lists_every_target_a_user_types():
     tasks = "sched vcpu-sched xen-sched data train test test-testbed test-two-hosts bench lint"
     builds = "guest-bundle agent-wheel xen-hypervisor clean help"
     assert set(f"{verbs} {tasks} {builds}".split()) <= listed
+
+
+def test_what_make_prints_can_go_to_a_log_which_a_failure_shows(tmp_path):
+    (tmp_path / "Makefile").write_text("ok:\n\t@echo noisy\nbad:\n\t@echo why it failed; exit 3\n")
+    log = tmp_path / "logs" / "build.log"
+    assert build.make(["ok"], repo=tmp_path, log=log) is True
+    assert log.read_text() == "noisy\n"
+    with pytest.raises(build.BuildError, match=f"its output is in {log}:\nwhy it failed"):
+        build.make(["bad"], repo=tmp_path, log=log)

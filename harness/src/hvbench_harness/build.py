@@ -18,19 +18,38 @@ class BuildError(RuntimeError):
     """make failed, or is not there to run."""
 
 
-def make(goals: list[str], variables: dict[str, str] | None = None, repo: Path = REPO) -> bool:
-    """`make GOAL... NAME=value...` in `repo`, its output the caller's; False, and nothing run,
-    where `repo` has no Makefile. The variables go on make's command line, the only place the
-    Makefile takes them from; under `make VERB`, MAKEFLAGS passes that make's own command line
-    on (SEED=, EPOCHS=, ...), as it would to a sub-make."""
+def make(
+    goals: list[str],
+    variables: dict[str, str] | None = None,
+    repo: Path = REPO,
+    log: Path | None = None,
+) -> bool:
+    """`make GOAL... NAME=value...` in `repo`, its output the caller's, or into `log` (kept
+    off the screen: Maven's and TensorFlow's lines); False, and nothing run, where `repo` has
+    no Makefile. The variables go on make's command line, the only place the Makefile takes
+    them from; under `make VERB`, MAKEFLAGS passes that make's own command line on (SEED=,
+    EPOCHS=, ...), as it would to a sub-make."""
     if not (repo / "Makefile").is_file():
         return False
     words = [f"{name}={value}" for name, value in (variables or {}).items()]
     argv = ["make", "--no-print-directory", "-C", str(repo), *goals, *words]
     try:
-        code = subprocess.run(argv).returncode
+        code = run(argv, log)
     except FileNotFoundError:
         raise BuildError(f"{repo} has a Makefile but make is not installed") from None
     if code != 0:
-        raise BuildError(f"make {' '.join(goals)} failed (exit {code})")
+        said = f"; its output is in {log}:\n{tail(log)}" if log else ""
+        raise BuildError(f"make {' '.join(goals)} failed (exit {code}){said}")
     return True
+
+
+def run(argv: list[str], log: Path | None) -> int:
+    if log is None:
+        return subprocess.run(argv).returncode
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT).returncode
+
+
+def tail(log: Path, lines: int = 15) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])

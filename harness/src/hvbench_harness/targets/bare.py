@@ -296,6 +296,10 @@ def data_network(data: Path) -> str | None:
         return None
 
 
+# What making the inputs printed (Maven's, TensorFlow's lines), off the run's screen.
+INPUTS_LOG = "build/logs/workload-inputs.log"
+
+
 def build_inputs(request: RunSpec) -> None:
     """In a source checkout, make makes what a run here reads where it is missing: Kafka's and
     the connector's jars, the data for NETWORK and the model (minutes on a fresh clone: make
@@ -304,8 +308,10 @@ def build_inputs(request: RunSpec) -> None:
     goals = ["workload-inputs", *(["rt-tools"] if request.baseline or request.noise else [])]
     paths = {"DATA_DIR": request.data, "MODEL_DIR": request.model}  # make runs in the checkout
     variables = {name: str(Path(path).resolve()) for name, path in paths.items()}
+    if not (Path(request.model) / "manifest.json").exists():
+        log(f"making the data and training the model first (minutes, once): {INPUTS_LOG}")
     try:
-        build.make(goals, {**variables, "NETWORK": request.network})
+        build.make(goals, {**variables, "NETWORK": request.network}, log=build.REPO / INPUTS_LOG)
     except build.BuildError as e:
         raise RunError(str(e)) from None
 
