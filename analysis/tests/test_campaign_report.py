@@ -188,7 +188,7 @@ def test_band_figures_are_written(built):
 def test_campaign_section_and_tables(built):
     _, out = built
     page = (out / "index.html").read_text()
-    assert page.index("<h2>Campaign</h2>") < page.index("Latency percentiles per configuration")
+    assert page.index("<h2>Campaign</h2>") < page.index("<h2>Latency percentiles per configuration")
     assert "Campaign table4-rtds from campaigns/table4-rtds.yml: target xen, order shuffled" in page
     assert "Runs: 11 (9 done, 1 failed, 1 pending)" in page
     assert "without a run directory here: p03-c50-r4" in page

@@ -87,8 +87,10 @@ def test_report_writes_page_tables_figures_and_logs(built):
     assert "rtds-cap: records unaccounted for" in page  # the flagged run
     assert "Every record accounted for" in page
     assert page.count('<img class="figure"') >= FIGURES
+    anchors = re.findall(r'<li><a href="#([^"]+)">', page)  # the contents, one per section
+    assert len(anchors) >= 5 and all(page.count(f'<a id="{a}"></a><h2>') == 1 for a in anchors)
     for name in ("ecdf_all", "exceedance_all", "ecdf_xen_rtds", "exceedance_xen_rtds"):
-        assert f"(figures/{name}.png, .svg)</figcaption>" in page, name
+        assert f"(figures/{name}.png, .svg, .pdf)</figcaption>" in page, name
     assert "Maximum latency against the analytical bound" in page
     assert "max 1,400.0 ms" not in page  # figures are images, the note is inside them
     for name in (
@@ -117,6 +119,7 @@ def test_report_writes_page_tables_figures_and_logs(built):
     ):
         assert (out / "figures" / f"{name}.png").stat().st_size > 5_000, name
         assert (out / "figures" / f"{name}.svg").read_text().startswith("<?xml")
+        assert (out / "figures" / f"{name}.pdf").read_bytes().startswith(b"%PDF")
     assert sorted(p.name for p in (out / "hdr").iterdir()) == [
         "bare-dl.hlog",
         "credit-1.hlog",

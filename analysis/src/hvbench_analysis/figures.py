@@ -250,13 +250,15 @@ def over_time(
 
 
 def save(fig: plt.Figure, directory: Path, name: str) -> bytes:
-    """Write name.png and name.svg; return the PNG bytes (for embedding in the HTML page)."""
+    """Write name.png, name.svg and name.pdf (for papers; no creation date, so that the same
+    figure is the same file); return the PNG bytes (for embedding in the HTML page)."""
     directory.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     png = buffer.getvalue()
     (directory / f"{name}.png").write_bytes(png)
     fig.savefig(directory / f"{name}.svg", format="svg")
+    fig.savefig(directory / f"{name}.pdf", format="pdf", metadata={"CreationDate": None})
     plt.close(fig)
     return png
 

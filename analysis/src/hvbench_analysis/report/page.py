@@ -45,9 +45,15 @@ class Page:
     def __init__(self, title: str) -> None:
         self.title = title
         self.parts: list[str] = []
+        self.sections: list[tuple[str, str]] = []  # (anchor, heading): the contents
 
     def h(self, level: int, text: str) -> None:
-        self.parts.append(f"<h{level}>{html.escape(text)}</h{level}>")
+        if level != 2:
+            self.parts.append(f"<h{level}>{html.escape(text)}</h{level}>")
+            return
+        anchor = f"s{len(self.sections) + 1}-{safe_name(text).lower()}"
+        self.sections.append((anchor, text))
+        self.parts.append(f'<a id="{anchor}"></a><h2>{html.escape(text)}</h2>')
 
     def p(self, text: str, cls: str = "") -> None:
         attr = f' class="{cls}"' if cls else ""
@@ -58,7 +64,8 @@ class Page:
         self.parts.append(
             f'<figure><img class="figure" alt="{html.escape(alt)}" '
             f'src="data:image/png;base64,{data}"><figcaption class="note">'
-            f"{html.escape(alt)} (figures/{html.escape(name)}.png, .svg)</figcaption></figure>"
+            f"{html.escape(alt)} (figures/{html.escape(name)}.png, .svg, .pdf)"
+            "</figcaption></figure>"
         )
 
     def table(self, table: pd.DataFrame, name: str | None = None, digits: int = 2) -> None:
@@ -83,12 +90,21 @@ class Page:
     def raw(self, markup: str) -> None:
         self.parts.append(markup)
 
+    def contents(self) -> str:
+        """The sections' headings, each a link to its section."""
+        items = "".join(
+            f'<li><a href="#{anchor}">{html.escape(text)}</a></li>'
+            for anchor, text in self.sections
+        )
+        return f'<nav class="contents"><h2>Contents</h2><ol>{items}</ol></nav>' if items else ""
+
     def render(self) -> str:
         body = "\n".join(self.parts)
         return (
             f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{html.escape(self.title)}</title><style>{CSS}</style></head>\n"
-            f"<body>\n<h1>{html.escape(self.title)}</h1>\n{body}\n{LOAD_CHECK}\n</body></html>\n"
+            f"<body>\n<h1>{html.escape(self.title)}</h1>\n{self.contents()}\n{body}\n"
+            f"{LOAD_CHECK}\n</body></html>\n"
         )
 
 
