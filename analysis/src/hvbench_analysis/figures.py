@@ -32,6 +32,7 @@ plt.rcParams.update(
         "font.size": 9,
         "legend.fontsize": 8,
         "svg.fonttype": "none",  # text stays text in SVG
+        "svg.hashsalt": "hvbench",  # its element ids the same from one report to the next
     }
 )
 
@@ -250,14 +251,14 @@ def over_time(
 
 
 def save(fig: plt.Figure, directory: Path, name: str) -> bytes:
-    """Write name.png, name.svg and name.pdf (for papers; no creation date, so that the same
+    """Write name.png, name.svg and name.pdf (for papers; no dates in them, so that the same
     figure is the same file); return the PNG bytes (for embedding in the HTML page)."""
     directory.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     png = buffer.getvalue()
     (directory / f"{name}.png").write_bytes(png)
-    fig.savefig(directory / f"{name}.svg", format="svg")
+    fig.savefig(directory / f"{name}.svg", format="svg", metadata={"Date": None})
     fig.savefig(directory / f"{name}.pdf", format="pdf", metadata={"CreationDate": None})
     plt.close(fig)
     return png
