@@ -70,3 +70,17 @@ def test_make_sched_passes_its_words_on_as_they_are():
     assert proc.returncode == 0, proc.stderr
     command = proc.stdout.replace("\\\n", " ").split("hvbench sched check ")[-1].split()
     assert {"SCHED=cfs", "BUDGET=30000"} <= set(command) and "ACTION=check" not in command
+
+
+def test_a_playbook_ends_with_its_slowest_tasks_times(monkeypatch):
+    seen = {}
+
+    def run(argv, cwd, env):
+        seen.update(argv=argv, env=env)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(cli.subprocess, "run", run)
+    assert cli.ansible_playbook("hosts.yml", "provision.yml") == 0
+    assert seen["argv"][-1] == "playbooks/provision.yml"
+    assert seen["env"]["ANSIBLE_CALLBACKS_ENABLED"] == "ansible.posix.profile_tasks"
+    assert seen["env"]["PROFILE_TASKS_SUMMARY_ONLY"] == "true"

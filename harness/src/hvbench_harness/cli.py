@@ -90,11 +90,21 @@ def playbook_parser(verb: str) -> argparse.ArgumentParser:
     return p
 
 
+# At the end of a playbook, its slowest tasks with their times (ansible.posix's profile_tasks):
+# where a provisioning's hour goes.
+TASK_TIMES = {
+    "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+    "PROFILE_TASKS_SUMMARY_ONLY": "true",
+    "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "15",
+}
+
+
 def ansible_playbook(hosts: str, playbook: str, *extra: str) -> int:
-    """ansible-playbook from the repository (its ansible.cfg), the venv's when there is one."""
+    """ansible-playbook from the repository (its ansible.cfg), the venv's when there is one;
+    the slowest tasks' times at the end (TASK_TIMES)."""
     tool = Path(sys.executable).parent / "ansible-playbook"
     cmd = [str(tool) if tool.exists() else "ansible-playbook", "-i", hosts, *extra]
-    env = {**os.environ, "PATH": f"{tool.parent}:{os.environ.get('PATH', '')}"}
+    env = {**os.environ, "PATH": f"{tool.parent}:{os.environ.get('PATH', '')}", **TASK_TIMES}
     return subprocess.run([*cmd, f"playbooks/{playbook}"], cwd=REPO, env=env).returncode
 
 
