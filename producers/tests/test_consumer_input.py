@@ -5,7 +5,7 @@ message, whatever it holds, stops the consumer."""
 import json
 
 import pytest
-from hvbench_load.consumer import letter_line, own_key, results_of
+from hvbench_load.consumer import letter_line, own_result, results_of
 
 RESULT = {
     "run": "r1",
@@ -19,6 +19,12 @@ RESULT = {
     "job_out_ns": 40,
     "route": ["a", "b"],
 }
+
+
+def own_key(value: bytes, run_id: str) -> tuple[str, int] | None:
+    """(detector, seq) of what the consumer takes as a result of run_id; None if not one."""
+    record = own_result(value, run_id)
+    return None if record is None else (record["detector"], record["seq"])
 
 
 def result(**changes) -> bytes:

@@ -90,12 +90,6 @@ def results_of(value: bytes) -> list[bytes]:
         return [value]
 
 
-def own_key(value: bytes, run_id: str) -> tuple[str, int] | None:
-    """(detector, seq) of a result of this run (own_result); else None."""
-    record = own_result(value, run_id)
-    return None if record is None else (record["detector"], record["seq"])
-
-
 def own_result(value: bytes, run_id: str) -> dict | None:
     """A result of this run, checked with strict JSON types and ranges (what write() puts in
     the received file); else None."""

@@ -1,6 +1,7 @@
-"""What each target is, known before one is chosen: the command line, campaigns, the run
-registry and reruns ask it here instead of branching on the target's name. Standard library
-and the agent's setting table only, so that `hvbench` starts without loading a target.
+"""What each target is, known before one is chosen: the command line, provisioning, campaigns,
+the run registry, reruns, inventories and the host trace ask it here instead of branching on
+the target's name. Standard library and the agent's setting table only, so that `hvbench`
+starts without loading a target.
 """
 
 from __future__ import annotations
