@@ -20,7 +20,7 @@ def test_a_written_run_reads_back_with_its_version_and_files(tmp_path):
     folder = write_run(tmp_path / "r", np.full(10, 2_000_000), sched="deadline", budget=5000)
     meta = results.read_meta(folder)
     assert meta["schema"] == results.SCHEMA_VERSION
-    assert meta["files"] == {"samples": "samples.csv"}
+    assert meta["files"] == {"samples": "samples.csv", "samples_parquet": "samples.parquet"}
     assert json.loads((folder / "meta.json").read_text())["schema"] == results.SCHEMA_VERSION
     samples = results.read_samples(folder)
     assert set(samples.columns) == {*results.SAMPLE_COLUMNS, *results.OPTIONAL_COLUMNS}
@@ -176,3 +176,51 @@ def test_samples_written_with_float_nanoseconds_still_read(tmp_path):
             Path(__file__).parent / "data" / "v11-deadline-bare" / "deadline-b20000-r1"
         )["received_ns"].tolist()
     )
+
+
+def read_csv_only(folder: Path) -> pd.DataFrame:
+    without = folder.parent / (folder.name + "-csv")
+    shutil.copytree(folder, without)
+    (without / results.SAMPLES_PARQUET).unlink()
+    return results.read_samples(without)
+
+
+def test_samples_parquet_reads_as_the_csv_does(tmp_path):
+    """The same rows, columns and types from either file, gaps (records that never came back)
+    and warm-up included; other tools read the Parquet file as it is."""
+    folder = write_run(tmp_path / "r", np.arange(1, 50) * 1_000_003, warmup=4, missing=3)
+    from_parquet = results.read_current_parquet(folder)
+    assert from_parquet is not None
+    pd.testing.assert_frame_equal(from_parquet, read_csv_only(folder))
+    pd.testing.assert_frame_equal(results.read_samples(folder), from_parquet)
+    whole = pd.read_parquet(folder / results.SAMPLES_PARQUET)
+    assert list(whole.columns) == list(pd.read_csv(folder / results.SAMPLES, nrows=0).columns)
+    assert whole["received_ns"].isna().sum() == 3 and whole["received_ns"].dtype == "Int64"
+
+
+def test_a_csv_changed_after_writing_is_read_and_its_parquet_ignored(tmp_path):
+    folder = write_run(tmp_path / "r", np.full(10, 2_000_000))
+    lines = (folder / results.SAMPLES).read_text().splitlines()
+    (folder / results.SAMPLES).write_text("\n".join(lines[:-1]) + "\n")  # a row cut off
+    assert results.read_current_parquet(folder) is None
+    assert len(results.read_samples(folder)) == 9
+    (folder / results.SAMPLES).write_text(lines[0] + "\n" + "x" * 40 + "\n")
+    with pytest.raises(results.ResultsError):
+        results.read_samples(folder)  # the CSV's fault is seen, not hidden by the Parquet file
+
+
+def test_a_damaged_parquet_file_falls_back_to_the_csv(tmp_path):
+    folder = write_run(tmp_path / "r", np.full(10, 2_000_000))
+    (folder / results.SAMPLES_PARQUET).write_bytes(b"PAR1 not really")
+    assert len(results.read_samples(folder)) == 10
+
+
+def test_without_pyarrow_only_the_csv_is_written(tmp_path, monkeypatch):
+    real = results.importlib.util.find_spec
+    monkeypatch.setattr(
+        results.importlib.util, "find_spec", lambda name: None if name == "pyarrow" else real(name)
+    )
+    folder = write_run(tmp_path / "r", np.full(10, 2_000_000))
+    assert results.read_meta(folder)["files"] == {"samples": "samples.csv"}
+    assert not (folder / results.SAMPLES_PARQUET).exists()
+    assert len(results.read_samples(folder)) == 10

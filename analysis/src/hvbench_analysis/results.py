@@ -15,6 +15,8 @@ still load.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -67,6 +69,10 @@ from hvbench_analysis.sections import (
 SCHEMA_VERSION = 12
 META = "meta.json"
 SAMPLES = "samples.csv"
+# The same rows and columns in Parquet, where pyarrow is installed: for other tools, and read in
+# the CSV's place while it holds the CSV's digest (the CSV stays the record: see read_samples).
+SAMPLES_PARQUET = "samples.parquet"
+CSV_DIGEST = b"hvbench.samples_csv_sha256"
 DEAD_LETTERS = "dead_letters.jsonl"
 SCHED_TRACE = "sched_trace.txt"  # TRACE=1: the kernel's sched events of the job's threads
 ENERGY = "energy.csv"  # the hosts' energy samples: cumulative joules per domain
@@ -261,8 +267,11 @@ def _write_files(
     """samples.csv, the dead letters, logs/ and raw/ into `folder`; meta.json's `files`."""
     files = {}
     if samples is not None:
-        integer_ns(samples).to_csv(folder / SAMPLES, index=False, float_format=float_format)
+        written = integer_ns(samples)
+        written.to_csv(folder / SAMPLES, index=False, float_format=float_format)
         files["samples"] = SAMPLES
+        if write_parquet(written, folder):
+            files["samples_parquet"] = SAMPLES_PARQUET
     if dead_letters is not None:
         shutil.copy(dead_letters, folder / DEAD_LETTERS)
         files["dead_letters"] = DEAD_LETTERS
@@ -273,6 +282,25 @@ def _write_files(
                 shutil.copy(path, folder / name / Path(path).name)
             files[name] = f"{name}/"
     return files
+
+
+def write_parquet(samples: pd.DataFrame, folder: Path) -> bool:
+    """samples.parquet beside samples.csv (already written), holding the CSV's digest; False
+    where pyarrow is not installed."""
+    if importlib.util.find_spec("pyarrow") is None:
+        return False
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(samples, preserve_index=False)
+    tags = {**(table.schema.metadata or {}), CSV_DIGEST: csv_digest(folder / SAMPLES).encode()}
+    pq.write_table(table.replace_schema_metadata(tags), folder / SAMPLES_PARQUET)
+    return True
+
+
+def csv_digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _copy_files(folder: Path, **sources: Path | None) -> dict:
@@ -399,10 +427,15 @@ def write_campaign_index(folder: Path, doc: dict) -> None:
 
 def read_samples(directory: Path) -> pd.DataFrame:
     """samples.csv's SAMPLE_COLUMNS (and those of OPTIONAL_COLUMNS it has), typed;
-    ResultsError says what is wrong."""
+    ResultsError says what is wrong. From samples.parquet where it holds the digest of the
+    samples.csv beside it (the same rows, read faster); else, or if the CSV was changed since,
+    from the CSV."""
     path = Path(directory) / SAMPLES
     if not path.exists():
         raise ResultsError("no samples.csv")
+    current = read_current_parquet(Path(directory))
+    if current is not None:
+        return current
     try:
         header = pd.read_csv(path, nrows=0).columns
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
@@ -415,6 +448,28 @@ def read_samples(directory: Path) -> pd.DataFrame:
         return pd.read_csv(path, usecols=columns, dtype=DTYPES, engine="c")
     except (ValueError, pd.errors.ParserError) as e:
         raise ResultsError(f"samples.csv has malformed values: {e}") from None
+
+
+def read_current_parquet(directory: Path) -> pd.DataFrame | None:
+    """samples.parquet's columns as read_samples gives the CSV's, if it was written from the
+    samples.csv beside it (its digest agrees); None otherwise, or where pyarrow is absent."""
+    parquet = directory / SAMPLES_PARQUET
+    if not parquet.exists() or importlib.util.find_spec("pyarrow") is None:
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(parquet)
+        tag = (schema.metadata or {}).get(CSV_DIGEST, b"").decode()
+        if tag != csv_digest(directory / SAMPLES):
+            return None
+        wanted = {*SAMPLE_COLUMNS, *OPTIONAL_COLUMNS}
+        columns = [c for c in schema.names if c in wanted]  # in the file's order, as the CSV's
+        frame = pq.read_table(parquet, columns=columns).to_pandas()
+    except (OSError, ValueError):  # pyarrow's errors derive from these: read the CSV instead
+        return None
+    frame["detector"] = frame["detector"].astype(str)
+    return frame.astype({c: DTYPES[c] for c in columns})
 
 
 def is_run(directory: Path) -> bool:
