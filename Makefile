@@ -65,12 +65,12 @@ REPORT_OUT     = $(if $(CAMPAIGN),$(OUT)/$(basename $(notdir $(CAMPAIGN))),$(OUT
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 .PHONY: help venv java browser rt-tools iptables sshd controller-tools testbed-tools kafka flink-connector data train workload-inputs run campaign \
-	campaign-check check rerun account report model advise provision teardown sched vcpu-sched xen-sched agent-wheel guest-bundle xen-hypervisor lint test test-testbed test-two-hosts bench clean
+	campaign-check check rerun account report model advise provision teardown sched vcpu-sched xen-sched agent-wheel guest-bundle xen-hypervisor lock lint test test-testbed test-two-hosts bench clean
 help: ## this list
 	@sed -n 's/^\([a-z-]*\)\( [a-z-]*\)*:.*## \(.*\)/make \1\2\t\3/p' Makefile | expand -t 28
 	@echo && $(SPEC) help
 venv: $(STAMP)
-$(STAMP): requirements.txt constraints.txt hostagent/pyproject.toml $(WORKLOAD_PACKAGES:=/pyproject.toml) tsc_timer/src/tsc_timer/_tsc.c
+$(STAMP): requirements.txt constraints.txt requirements.lock hostagent/pyproject.toml $(WORKLOAD_PACKAGES:=/pyproject.toml) tsc_timer/src/tsc_timer/_tsc.c
 	scripts/venv $(PYTHON) hostagent $(WORKLOAD_PACKAGES)
 	@touch $@
 # Debian packages, installed where their commands are missing (scripts/need's table says why).
@@ -110,6 +110,7 @@ rerun: $(STAMP) ## RUN=<run-id>: repeat a run from its results and compare the t
 account: $(STAMP) ## RUN=results/<run-id> or work/<run-id>: account a run again from its raw files [RESULTS]
 	@test -n "$(RUN)" || { echo "make account: RUN=results/<run-id> or work/<run-id>" >&2; exit 1; }
 	$(HVBENCH) rerun --account $(RUN)$(if $(filter command line environment,$(origin RESULTS)), --results $(RESULTS))
+lock: $(STAMP) ; @scripts/lock ## requirements.lock: every pin with its files' hashes, from PyPI (after a pin changes)
 lint: $(STAMP) ## ruff, ansible-lint (production profile), playbook syntax, campaign files
 	scripts/lint
 # GUEST_BUNDLE, MODEL_DIR and DATA_DIR may point elsewhere (the tests bundle a small model).

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hvbench_job import jvm
-from hvbench_job.session import PYFLINK, FlinkSession, SessionError
+from hvbench_job.session import FlinkSession, SessionError, pyflink_home
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def session(tmp_path):
 def test_prepare_links_the_distribution_the_python_runtime_and_the_connector(session):
     session.prepare()
     lib = {p.name for p in (session.work_dir / "lib").iterdir()}
-    assert {p.name for p in PYFLINK.glob("lib/*.jar")} <= lib
+    assert {p.name for p in pyflink_home().glob("lib/*.jar")} <= lib
     assert any(name.startswith("flink-python-") for name in lib)
     assert "flink-sql-connector-kafka-5.0.0-2.2.jar" in lib
     config = yaml.safe_load((session.work_dir / "conf" / "config.yaml").read_text())
@@ -43,7 +43,7 @@ def test_no_connector_is_refused(tmp_path):
 def test_every_command_runs_on_the_work_directory(session):
     env = f"FLINK_CONF_DIR={session.work_dir / 'conf'}"
     assert session.jobmanager_command()[-2:] == [
-        str(PYFLINK / "bin/jobmanager.sh"),
+        str(pyflink_home() / "bin/jobmanager.sh"),
         "start-foreground",
     ]
     assert session.taskmanager_command()[-1] == "start-foreground"
@@ -92,7 +92,7 @@ def test_the_jobs_own_jvm_gets_the_connector_on_its_class_path(tmp_path, monkeyp
     lib = Path(job.gateway_lib(connector))
     try:
         names = {p.name for p in lib.iterdir()}
-        assert {p.name for p in PYFLINK.glob("lib/*.jar")} | {connector.name} <= names
+        assert {p.name for p in pyflink_home().glob("lib/*.jar")} | {connector.name} <= names
         assert (lib / connector.name).resolve() == connector.resolve()
         assert job.gateway_lib(connector) == str(lib)  # the next job's: the same links
         lib.chmod(0o777)  # writable by others: its jars are not trusted, a fresh one is made

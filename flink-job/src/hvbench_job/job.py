@@ -43,7 +43,7 @@ from pyflink.datastream.connectors.kafka import (
 from hvbench_job import clients, detectors, jvm, networks
 from hvbench_job.dead_letters import CONFIG as DEAD_LETTER_CONFIG
 from hvbench_job.dead_letters import DeadLetterWriter
-from hvbench_job.session import PYFLINK, link_lib
+from hvbench_job.session import link_lib, pyflink_home
 
 # Kafka client settings of the job's source and sink (the Java client inside the connector).
 SOURCE_PROPERTIES = {
@@ -288,7 +288,7 @@ def gateway_lib(connector: Path) -> str:
     ...KafkaSource.builder", seen once at a job's start). Links only, one directory per user,
     PyFlink and connector, kept for the next job (a stopped job runs no clean-up); one that is
     not this user's alone is not used (its jars would run in the job)."""
-    key = hashlib.sha256(f"{PYFLINK}\n{connector.resolve()}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{pyflink_home()}\n{connector.resolve()}".encode()).hexdigest()[:12]
     lib = Path(tempfile.gettempdir()) / f"hvbench-job-lib-{os.getuid()}-{key}"
     lib.mkdir(mode=0o700, exist_ok=True)
     found = lib.lstat()
@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
     jar = connector_jar(Path(args.connector_dir))
     if "PYFLINK_GATEWAY_PORT" not in os.environ:  # PyFlink starts the JVM (not `flink run`)
         # FLINK_HOME as PyFlink would find it: unset, PyFlink also resets FLINK_LIB_DIR
-        os.environ.update(FLINK_HOME=str(PYFLINK), FLINK_LIB_DIR=gateway_lib(jar))
+        os.environ.update(FLINK_HOME=str(pyflink_home()), FLINK_LIB_DIR=gateway_lib(jar))
     if args.tmp_dir:
         use_tmp_dir(args.tmp_dir)
     env = environment(settings, [jar])

@@ -29,13 +29,20 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-
-import pyflink
 
 from hvbench_job import jvm
 
-PYFLINK = Path(pyflink.__file__).resolve().parent
+
+@cache
+def pyflink_home() -> Path:
+    """PyFlink's distribution (its jars, conf/ and bin/). Imported here, when a session or
+    the job starts, not when the module loads: a controller that drives a testbed imports this
+    module and has no PyFlink."""
+    import pyflink
+
+    return Path(pyflink.__file__).resolve().parent
 
 
 class SessionError(RuntimeError):
@@ -45,7 +52,8 @@ class SessionError(RuntimeError):
 def link_lib(lib: Path, connector: Path) -> None:
     """A Flink lib directory: links to PyFlink's jars, its Python runtime jar (from opt/) and
     the Kafka connector."""
-    jars = [*PYFLINK.glob("lib/*.jar"), *PYFLINK.glob("opt/flink-python-*.jar"), connector]
+    home = pyflink_home()
+    jars = [*home.glob("lib/*.jar"), *home.glob("opt/flink-python-*.jar"), connector]
     for jar in jars:
         with contextlib.suppress(FileExistsError):  # linked before, or by a job beside this one
             (lib / jar.name).symlink_to(jar.resolve())
@@ -119,12 +127,12 @@ class FlinkSession:
         # flat keys are valid YAML, and JSON is YAML: no YAML writer needed
         (conf / "config.yaml").write_text(json.dumps(self.config, indent=2) + "\n")
         for name in ("log4j-console.properties", "log4j-cli.properties", "log4j.properties"):
-            shutil.copy(PYFLINK / "conf" / name, conf / name)
+            shutil.copy(pyflink_home() / "conf" / name, conf / name)
 
     def _command(self, script: str, *args: str) -> list[str]:
         env = [f"{k}={v}" for k, v in self.env().items()]
         path = f"PATH={Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
-        return ["env", path, *env, str(PYFLINK / "bin" / script), *args]
+        return ["env", path, *env, str(pyflink_home() / "bin" / script), *args]
 
     def jobmanager_command(self) -> list[str]:
         return self._command("jobmanager.sh", "start-foreground")
@@ -171,17 +179,17 @@ class FlinkSession:
             "taskmanagers": self.taskmanagers,
             "slots_per_taskmanager": self.slots,
             "config": self.config,
-            "distribution": str(PYFLINK),
+            "distribution": str(pyflink_home()),
         }
 
 
 def distribution_java_opts() -> str:
     """The --add-opens options PyFlink's own config.yaml gives every Flink JVM (Java 17 needs
     them: without, the client fails as it translates the job)."""
-    for line in (PYFLINK / "conf" / "config.yaml").read_text().splitlines():
+    for line in (pyflink_home() / "conf" / "config.yaml").read_text().splitlines():
         if line.strip().startswith("all: --add"):
             return line.split("all:", 1)[1].strip()
-    raise SessionError(f"no env.java.opts.all in {PYFLINK / 'conf' / 'config.yaml'}")
+    raise SessionError(f"no env.java.opts.all in {pyflink_home() / 'conf' / 'config.yaml'}")
 
 
 ROLES = ("jobmanager", "taskmanager", "wait", "submit")

@@ -3,9 +3,11 @@ threads (the bare-metal baseline)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from hvbench_agent import facts as agent_facts
@@ -52,6 +54,7 @@ class BareTarget:
         """here: what this machine gives the run (by default its inputs, made where missing,
         and the machine checked: build_inputs, check_machine)."""
         if here is None:
+            check_job_runs_here()
             build_inputs(request)
             here = check_machine(request)
         self.request, self.here = request, here
@@ -298,6 +301,21 @@ def data_network(data: Path) -> str | None:
 
 # What making the inputs printed (Maven's, TensorFlow's lines), off the run's screen.
 INPUTS_LOG = "build/logs/workload-inputs.log"
+
+
+def check_job_runs_here() -> None:
+    """The bare target runs the Flink job on this machine, with PyFlink (apache-flink 2.3.0:
+    wheels for CPython 3.11 and 3.12, none for 3.13). A controller installed to drive testbeds
+    has none: refused at once, saying what it needs."""
+    if importlib.util.find_spec("pyflink") is None:
+        version = ".".join(map(str, sys.version_info[:2]))
+        raise RunError(
+            f"a run on this machine (the bare target) runs the Flink job here, and this Python "
+            f"({version}, {sys.executable}) has no PyFlink: `make venv` makes one with it on "
+            "Debian 12 (Python 3.11); `pip install 'hvbench-job[job]'` adds it under Python 3.11 "
+            "or 3.12 (PyFlink has no wheels for 3.13). A testbed run (HOST= or INVENTORY=) "
+            "needs none here"
+        )
 
 
 def build_inputs(request: RunSpec) -> None:
