@@ -38,6 +38,7 @@ VERIFY ?=
 # A testbed: HOST=user@host (root or sudo) with TARGET=kvm|xen, else INVENTORY's hosts.
 HOST      ?=
 INVENTORY ?= inventory/sample
+PURGE     ?=
 ACTION    ?= apply
 GUEST_BUNDLE ?= build/guest-bundle.tar
 BAY_DATA_DIR ?= data/pems-bay
@@ -130,8 +131,8 @@ $(XEN_DIR)/xen-rtds.gz: roles/xen_host/files/build-xen-hypervisor $(wildcard rol
 # hvbench provision checks TARGET and XEN_BUILD, then asks make for what the hosts need.
 provision: $(STAMP) ## HOST=host TARGET=kvm|xen (or INVENTORY=) [XEN_BUILD=host]: make a bare host a testbed
 	$(HVBENCH) provision $(WHERE) --guest-bundle $(GUEST_BUNDLE) --xen-build $(XEN_BUILD) --xen-dir $(XEN_DIR)
-teardown: $(STAMP) ## remove the guests (HOST= TARGET= or INVENTORY=)
-	$(HVBENCH) teardown $(WHERE)
+teardown: $(STAMP) ## remove the guests (HOST= TARGET= or INVENTORY=) [PURGE=1: all make provision set too, then reboot]
+	$(HVBENCH) teardown $(WHERE)$(if $(filter 1,$(PURGE)), --purge)
 # make sched's words go to `hvbench sched` as they are: it checks them before any host hears.
 vcpu-sched: TARGET = kvm
 xen-sched: TARGET = xen
@@ -144,7 +145,6 @@ model: $(STAMP) ## CAMPAIGN=... [RUNS=]: fit the performance model (mean … max
 	$(HVBENCH) model fit --results $(REPORT_RESULTS)$(if $(RUNS), --runs '$(RUNS)')
 advise: $(STAMP) ## CAMPAIGN=... SCHED= SLO='p99<=20' [RATE PERIOD NOISE KNOB VERIFY=1]: the smallest budget predicted to meet the SLO
 	$(HVBENCH) advise --fit $(REPORT_RESULTS)/model --sched $(SCHED) --slo '$(SLO)'$(if $(RATE), --rate $(RATE))$(if $(PERIOD), --period $(PERIOD))$(if $(NOISE), --noise '$(NOISE)')$(if $(KNOB), --knob $(KNOB))$(if $(filter 1,$(VERIFY)), --verify)
-# The test tiers (docs/testing.md): the unit tests on both cores, then the integration alone.
 test: lint kafka flink-connector browser rt-tools iptables sshd ## lint, unit tests and the real Kafka + Flink integration (budget 8 min, docs/testing.md)
 	$(PY) -m pytest -q -n 2 -m "not testbed and not slow and not integration" --durations=10
 	$(PY) -m pytest -q -m "integration and not testbed and not slow" --durations=15

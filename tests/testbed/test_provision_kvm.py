@@ -32,7 +32,7 @@ from hostvm import (
 )
 from hvbench_analysis import sched_trace
 from hvbench_analysis.results import BASELINE
-from hvbench_harness import hosttrace
+from hvbench_harness import hardware, hosttrace
 from hvbench_harness.runspec import RunSpec
 from hvbench_harness.testbed import resolve
 from hvbench_harness.workload_copy import RemoteWorkloadCopy
@@ -911,6 +911,23 @@ def test_make_check_enforces_the_tuning_and_checks_every_machine(host):
     assert set(failed) <= {"tsc"}, out[-3000:]
 
 
+def test_make_check_reads_the_hosts_hardware(host):
+    """The hardware checks' playbook on the host (as before any provisioning: SSH and python3
+    only), judged against the test's inventory: the TCG host emulates AMD-V and NPT but no
+    invariant TSC."""
+    (found,) = hardware.read_hosts(str(host[1].parent))
+    checks = {c["check"]: c for c in found.checks}
+    assert found.provisioned and found.machine.cpus == frozenset(range(HOST_VM["cpus"]))
+    assert (
+        checks["os"]["status"] == checks["cpus"]["status"] == checks["memory"]["status"] == "pass"
+    )
+    assert (
+        checks["virtualization"]["found"] == "AMD-V" and checks["nested_paging"]["found"] == "NPT"
+    )
+    assert checks["tsc"]["status"] == "fail" and checks["tsc"]["fix"]
+    assert checks["idle_states"]["status"] == checks["turbo"]["status"] == "n/a"  # a VM
+
+
 def agent_power(host, *args: str, input: str | None = None) -> tuple[int, dict | None, str]:
     proc = host[0].ssh("hvbench-agent power " + " ".join(args), check=False, input=input)
     out = json.loads(proc.stdout) if proc.returncode == 0 else None
@@ -1004,3 +1021,37 @@ def test_the_profile_reboots_the_host_into_its_kernel_isolation_and_reads_it_bac
     code, out, counts = playbook(host, "provision.yml", *enforce)
     assert code == 0 and counts["changed"] == 0, out[-6000:]
     layer.prove(name)
+
+
+# What make provision leaves on a host, for the purge's check (playbooks/purge.yml lists each).
+HVBENCH_FILES = (
+    "ls -d /etc/hvbench /opt/hvbench-agent /usr/local/sbin/hvbench-* /usr/local/lib/hvbench"
+    " /etc/systemd/system/hvbench-* /etc/default/grub.d/hvbench* /etc/grub.d/*hvbench*"
+    " /etc/modules-load.d/hvbench-* /etc/systemd/system.conf.d/hvbench-* /var/lib/hvbench"
+    " 2>/dev/null || true"
+)
+
+
+def test_make_teardown_purge_boots_the_host_as_it_was_before_provisioning(host):
+    """make teardown PURGE=1: the guests, then the tuning, the real-time profile and its CPU
+    isolation (where the profile test above booted it), the agent and every hvbench unit and
+    file; GRUB is made again and the host reboots into its own command line (the image's
+    arguments, none of hvbench's). A second purge changes nothing. Last in the module: nothing
+    of hvbench's is left after it."""
+    boot_id = "cat /proc/sys/kernel/random/boot_id"
+    before = on_host(host, boot_id)
+    proc = subprocess.run(
+        ["make", "-s", "teardown", f"INVENTORY={host[1].parent}", "PURGE=1"],
+        cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=2400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert "Reboot into the host's own kernel" in proc.stdout
+    assert on_host(host, boot_id) != before  # it rebooted
+    cmdline = on_host(host, "cat /proc/cmdline").split()
+    hvbench_args = ("isolcpus", "nohz_full", "rcu_nocbs", "irqaffinity")
+    assert [a for a in cmdline if a.split("=")[0] in hvbench_args] == [], cmdline
+    assert "kvm_amd.npt=0" in cmdline, cmdline  # the image's own arguments stay
+    assert on_host(host, HVBENCH_FILES).split() == []
+    assert on_host(host, "cat /sys/devices/system/cpu/isolated").strip() == ""
+    code, out, counts = playbook(host, "purge.yml")
+    assert code == 0 and counts["changed"] == 0, out[-6000:]

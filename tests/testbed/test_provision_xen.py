@@ -43,7 +43,7 @@ from hostvm import (
 )
 from hvbench_agent import neighbours
 from hvbench_analysis import results, sched_trace, synthetic
-from hvbench_harness import readiness
+from hvbench_harness import hardware, readiness
 from hvbench_harness.neighbours import TestbedNoise
 from hvbench_harness.testbed import Machine, Testbed
 from layers import Layer
@@ -262,6 +262,23 @@ def test_the_guests_run_pinned_in_their_pools(host):
         f"{GUEST}.cfg",
     ]
     assert "192.168.123.1/24" in on_host(host, "ip -4 addr show xenbr-hvbench").stdout
+
+
+def test_make_check_reads_the_xen_hosts_hardware_from_xl(host):
+    """The hardware checks on a Xen dom0: its kernel sees dom0's one vCPU and dom0_mem, so the
+    CPUs, their topology and the memory come from `xl info -n`; HAP from its virt_caps."""
+    (found,) = hardware.read_hosts(str(host[1].parent))
+    checks = {c["check"]: c for c in found.checks}
+    assert found.machine.xen is not None and found.provisioned
+    assert found.machine.cpus == frozenset(range(HOST_VM["cpus"]))
+    assert found.machine.memory_mb > 4096  # the machine's, not dom0's
+    assert set(found.machine.node_memory_mb) == {0} and found.machine.nodes == {
+        0: found.machine.cpus
+    }
+    assert (
+        checks["cpus"]["status"] == checks["memory"]["status"] == checks["numa"]["status"] == "pass"
+    )
+    assert checks["idle_states"]["found"].startswith("Xen owns them")
 
 
 def test_the_readiness_probe_reads_the_xen_host(host):
@@ -712,4 +729,31 @@ def test_teardown_removes_the_guests_and_keeps_the_rtds_pool(host):
     ]
     assert on_host(host, "ip link show xenbr-hvbench", check=False).returncode != 0
     code, out, counts = playbook(host, "teardown.yml")
+    assert code == 0 and counts["changed"] == 0, out[-6000:]
+
+
+def test_make_teardown_purge_boots_the_host_into_linux_without_xen(host):
+    """make teardown PURGE=1 on the Xen host (playbooks/purge.yml after teardown.yml): the
+    hvbench Xen entry and hypervisor, the distribution's hypervisor packages (their GRUB
+    settings would boot Xen), the cpupool's and network's units, the agent and every hvbench
+    file go; the host reboots into Linux alone. A second purge changes nothing. Last in the
+    module: there is no Xen after it."""
+    assert on_host(host, "test -e /proc/xen/capabilities", check=False).returncode == 0
+    code, out, counts = playbook(host, "teardown.yml")
+    assert code == 0, out[-6000:]
+    code, out, counts = playbook(host, "purge.yml")
+    assert code == 0 and counts["changed"] > 0, out[-6000:]
+    assert on_host(host, "test -e /proc/xen/capabilities", check=False).returncode != 0
+    assert [f for f in on_host(host, "ls /boot").stdout.split() if f.startswith("xen")] == []
+    packages = on_host(host, "dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n' 'xen-*'")
+    installed = {line.split()[1] for line in packages.stdout.splitlines() if line.startswith("ii")}
+    assert not {p for p in installed if p.startswith(("xen-hypervisor-", "xen-system-"))}
+    left = on_host(
+        host,
+        "ls -d /etc/hvbench /opt/hvbench-agent /usr/local/sbin/hvbench-* /usr/local/lib/hvbench"
+        " /etc/systemd/system/hvbench-* /etc/default/grub.d/hvbench* /etc/grub.d/*hvbench*"
+        " /var/lib/hvbench 2>/dev/null || true",
+    )
+    assert left.stdout.split() == []
+    code, out, counts = playbook(host, "purge.yml")
     assert code == 0 and counts["changed"] == 0, out[-6000:]

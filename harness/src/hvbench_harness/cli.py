@@ -45,7 +45,7 @@ PLAYBOOK_VERBS = {
     "check": "is this machine, or a testbed, ready to measure on?",
     "sched": "the real-time VM's scheduler setting on a testbed's host",
     "provision": "make a bare host a KVM or Xen testbed (Ansible)",
-    "teardown": "remove a testbed's guests (Ansible)",
+    "teardown": "remove a testbed's guests; --purge: all make provision set too (Ansible)",
 }
 SCHED_ACTIONS = ("check", "apply", "read", "reset")
 # make sched's words: SCHED and its parameters, named as make run names them (the agent's table)
@@ -87,6 +87,12 @@ def playbook_parser(verb: str) -> argparse.ArgumentParser:
             help="where a Xen host's hypervisor is built: here (make xen-hypervisor), or there",
         )
         p.add_argument("--xen-dir", default="build/xen", help="make xen-hypervisor's directory")
+    if verb == "teardown":
+        p.add_argument(
+            "--purge",
+            action="store_true",
+            help="then all make provision set on the hosts (tuning, agent, boot entries; reboots)",
+        )
     return p
 
 
@@ -185,9 +191,11 @@ def provision(args: argparse.Namespace) -> int:
 
 
 def teardown(args: argparse.Namespace) -> int:
-    return ansible_playbook(
-        inventory.hosts_file(args.inventory, args.host, args.target), "teardown.yml"
-    )
+    """The guests go; with --purge, then everything make provision set on the hosts
+    (playbooks/purge.yml), and they reboot."""
+    hosts = inventory.hosts_file(args.inventory, args.host, args.target)
+    code = ansible_playbook(hosts, "teardown.yml")
+    return ansible_playbook(hosts, "purge.yml") if code == 0 and args.purge else code
 
 
 ACTIONS = {"check": check, "sched": sched, "provision": provision, "teardown": teardown}

@@ -32,6 +32,7 @@ from pathlib import Path
 from hvbench_agent import facts as agent_facts
 from hvbench_agent import tuning
 
+from hvbench_harness import hardware
 from hvbench_harness.testbed import TestbedError, resolve
 
 # An idle state whose exit latency is above this counts as deep (C1 takes about 1-2 µs, C1E
@@ -414,36 +415,57 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """make check: print every check; exit 1 if a required one fails."""
+    """make check: print every check; exit 1 if a required one (or a hardware check) fails."""
     try:
         require = parse_require(args.require)
-    except ValueError as e:
+        results, hardware_failed = (
+            check_inventory(args.inventory, args.enforce, require)
+            if args.inventory
+            else (check_here_enforced(args.enforce, require), [])
+        )
+    except (ValueError, TestbedError) as e:
         print(f"make check: {e}", file=sys.stderr)
         return 1
-    if args.inventory:
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                testbed = resolve(args.inventory, Path(tmp) / "testbed.json")
-            if args.enforce:
-                print(enforce_testbed(args.inventory))
-            results, _ = check_testbed(testbed, require)
-        except TestbedError as e:
-            print(f"make check: {e}", file=sys.stderr)
-            return 1
-    else:
-        if args.enforce:
-            print("\n".join(tuning.enforce_here()) or "nothing to apply here")
-        results, _ = check_here(require)
-    print(table(results))
+    if results:
+        print(table(results))
     failed = [c for checks in results.values() for c in failed_required(checks)]
     if args.out:
         Path(args.out).write_text(json.dumps(verdict(results, False, False), indent=1) + "\n")
-    print(
-        f"{len(failed)} required check(s) failed; make run refuses to run here unless FORCE=1"
-        if failed
-        else "every required check passed"
-    )
-    return 1 if failed else 0
+    if hardware_failed:
+        print(f"{len(hardware_failed)} hardware check(s) failed: the fixes are above")
+    print(summary(results, failed))
+    return 1 if failed or hardware_failed else 0
+
+
+def summary(results: dict[str, list[dict]], failed: list[dict]) -> str:
+    if not results:  # a testbed's hosts before make provision: their hardware only
+        return "the tuning checks come once make provision has run"
+    if failed:
+        refused = "make run refuses to run here unless FORCE=1"
+        return f"{len(failed)} required check(s) failed; {refused}"
+    return "every required check passed"
+
+
+def check_here_enforced(enforce: bool, require: set[str]) -> dict[str, list[dict]]:
+    if enforce:
+        print("\n".join(tuning.enforce_here()) or "nothing to apply here")
+    return check_here(require)[0]
+
+
+def check_inventory(
+    inventory: str, enforce: bool, require: set[str]
+) -> tuple[dict[str, list[dict]], list[dict]]:
+    """A testbed's hosts: their hardware first (before provisioning too), then, once make
+    provision has run, the tuning of the hosts and guests."""
+    hosts = hardware.read_hosts(inventory)
+    print(hardware.table(hosts))
+    if not all(h.provisioned for h in hosts) and not enforce:
+        return {}, hardware.failed(hosts)
+    with tempfile.TemporaryDirectory() as tmp:
+        testbed = resolve(inventory, Path(tmp) / "testbed.json")
+    if enforce:
+        print(enforce_testbed(inventory))
+    return check_testbed(testbed, require)[0], hardware.failed(hosts)
 
 
 def enforce_testbed(inventory: str) -> str:
