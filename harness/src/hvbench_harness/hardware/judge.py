@@ -102,9 +102,9 @@ def nested_paging(m: Machine, needs: Needs) -> dict:
     fix = "turn on EPT / NPT (often part of the VT-x or SVM setting) in the firmware"
     if ok:
         return verdict("nested_paging", PASS, found, expected)
-    if not needs.hardware_virtualization:
-        return verdict("nested_paging", WARN, found, expected, fix)
-    return verdict("nested_paging", WARN, found, expected + "; without, guests run slower", fix)
+    if needs.hardware_virtualization:
+        expected += "; without, hardware-virtualized guests run slower"
+    return verdict("nested_paging", WARN, found, expected, fix)
 
 
 def tsc(m: Machine, needs: Needs) -> dict:

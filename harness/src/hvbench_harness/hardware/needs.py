@@ -44,9 +44,12 @@ def of_host(hostvars: dict) -> Needs:
     neighbours = hostvars.get("hvbench_neighbours") or {}
     hypervisor = hostvars.get("hvbench_hypervisor", "kvm")
     xen_types = {hostvars.get("guests_xen_type", "pv"), neighbours.get("xen_type", "pv")}
+    pinned = {g["name"]: frozenset(int(c) for c in g["host_cpus"]) for g in everyone}
+    if int(neighbours.get("count", 0)) and isinstance(neighbours.get("placement"), list):
+        pinned["the neighbour VMs"] = frozenset(int(c) for c in neighbours["placement"])
     return Needs(
         hypervisor=hypervisor,
-        pinned={g["name"]: frozenset(int(c) for c in g["host_cpus"]) for g in everyone},
+        pinned=pinned,
         realtime=frozenset(g["name"] for g in guests["realtime"]),
         guest_memory_mb={g["name"]: int(g["memory_mb"]) for g in everyone},
         neighbours_mb=int(neighbours.get("count", 0)) * int(neighbours.get("memory_mb", 0)),
