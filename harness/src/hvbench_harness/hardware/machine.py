@@ -72,10 +72,10 @@ def parse(files: dict[str, str]) -> Machine:
 def linux_topology(files: dict[str, str]) -> dict:
     return {
         "cpus": frozenset(parse_cpus(files[f"{CPU}/online"].strip())),
-        "package": per_cpu(files, "topology/physical_package_id", int),
-        "siblings": per_cpu(files, "topology/thread_siblings_list", cpu_set),
-        "nodes": per_node(files, "cpulist", cpu_set),
-        "node_memory_mb": per_node(files, "meminfo", lambda t: kb_field(t, "MemTotal") // 1024),
+        "package": numbered(files, f"{CPU}/cpuN/topology/physical_package_id", int),
+        "siblings": numbered(files, f"{CPU}/cpuN/topology/thread_siblings_list", cpu_set),
+        "nodes": numbered(files, f"{NODE}/nodeN/cpulist", cpu_set),
+        "node_memory_mb": numbered(files, f"{NODE}/nodeN/meminfo", node_memory_mb),
     }
 
 
@@ -142,6 +142,10 @@ def kb_field(meminfo: str, name: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+def node_memory_mb(meminfo: str) -> int:
+    return kb_field(meminfo, "MemTotal") // 1024
+
+
 def memory_mb(files: dict[str, str], xen: dict[str, str] | None) -> int:
     """The machine's memory: `xl info`'s total_memory (MiB) on a Xen dom0, whose own
     MemTotal is dom0_mem only."""
@@ -150,39 +154,24 @@ def memory_mb(files: dict[str, str], xen: dict[str, str] | None) -> int:
     return kb_field(files.get("proc/meminfo", ""), "MemTotal") // 1024
 
 
-def per_cpu(files: dict[str, str], leaf: str, convert) -> dict:
+def numbered(files: dict[str, str], pattern: str, convert=str.strip) -> dict[int, object]:
+    """The files whose path is `pattern` with its "N" a number (cpuN, nodeN, stateN), by that
+    number, their text converted."""
+    regex = re.escape(pattern).replace("N", r"(\d+)", 1)
     found = {}
     for path, text in files.items():
-        match = re.fullmatch(rf"{CPU}/cpu(\d+)/{leaf}", path)
-        if match:
-            found[int(match.group(1))] = convert(text.strip())
-    return found
-
-
-def per_node(files: dict[str, str], leaf: str, convert) -> dict:
-    found = {}
-    for path, text in files.items():
-        match = re.fullmatch(rf"{NODE}/node(\d+)/{leaf}", path)
+        match = re.fullmatch(regex, path)
         if match:
             found[int(match.group(1))] = convert(text.strip())
     return found
 
 
 def idle_states(files: dict[str, str]) -> tuple[tuple[str, int], ...]:
-    names = per_idle_state(files, "name")
-    latency = per_idle_state(files, "latency")
+    names = numbered(files, f"{CPU}/cpu0/cpuidle/stateN/name")
+    latency = numbered(files, f"{CPU}/cpu0/cpuidle/stateN/latency")
     return tuple(
         (names[i], int(latency[i]) if latency.get(i, "").isdigit() else 0) for i in sorted(names)
     )
-
-
-def per_idle_state(files: dict[str, str], leaf: str) -> dict[int, str]:
-    found = {}
-    for path, text in files.items():
-        match = re.fullmatch(rf"{CPU}/cpu0/cpuidle/state(\d+)/{leaf}", path)
-        if match:
-            found[int(match.group(1))] = text.strip()
-    return found
 
 
 def machine_name(files: dict[str, str]) -> str:
