@@ -266,8 +266,9 @@ def test_the_guests_run_pinned_in_their_pools(host):
 
 def test_make_check_reads_the_xen_hosts_hardware_from_xl(host):
     """The hardware checks on a Xen dom0: its kernel sees dom0's one vCPU and dom0_mem, so the
-    CPUs, their topology and the memory come from `xl info -n`; HAP from its virt_caps."""
-    (found,) = hardware.read_hosts(str(host[1].parent))
+    CPUs, their topology and the memory come from `xl info -n`; HAP from its virt_caps. The
+    test's guests (its variables file) are judged, as make provision sets them up."""
+    (found,) = hardware.read_hosts(str(host[1].parent), "-e", f"@{host[2]}")
     checks = {c["check"]: c for c in found.checks}
     assert found.machine.xen is not None and found.provisioned
     assert found.machine.cpus == frozenset(range(HOST_VM["cpus"]))

@@ -27,12 +27,13 @@ class HostHardware:
     checks: list[dict]
 
 
-def read_hosts(inventory: str) -> list[HostHardware]:
-    """Every testbed host of the inventory, read and judged; TestbedError if one cannot be."""
+def read_hosts(inventory: str, *ansible_args: str) -> list[HostHardware]:
+    """Every testbed host of the inventory, read and judged; TestbedError if one cannot be.
+    ansible_args: more for ansible-playbook (the tests' `-e @vars.yml`)."""
     with tempfile.TemporaryDirectory() as out:
         proc = subprocess.run(
             [ansible_tool("ansible-playbook"), "-i", inventory, "-e", f"hardware_dir={out}",
-             str(REPO / "playbooks/hardware.yml")],
+             *ansible_args, str(REPO / "playbooks/hardware.yml")],
             cwd=REPO,
             stdin=subprocess.DEVNULL,
             capture_output=True,
