@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from hvbench_agent.sched import validate
-from hvbench_harness import cli
+from hvbench_harness import cli, playbooks
 from hvbench_harness.testbed import setting_options
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,8 +79,9 @@ def test_a_playbook_ends_with_its_slowest_tasks_times(monkeypatch):
         seen.update(argv=argv, env=env)
         return subprocess.CompletedProcess(argv, 0)
 
-    monkeypatch.setattr(cli.subprocess, "run", run)
+    monkeypatch.setattr(playbooks.subprocess, "run", run)
     assert cli.ansible_playbook("hosts.yml", "provision.yml") == 0
-    assert seen["argv"][-1] == "playbooks/provision.yml"
+    assert seen["argv"][-1] == str(playbooks.REPO / "playbooks/provision.yml")
+    assert seen["argv"][1:3] == ["-i", "hosts.yml"]
     assert seen["env"]["ANSIBLE_CALLBACKS_ENABLED"] == "ansible.posix.profile_tasks"
     assert seen["env"]["PROFILE_TASKS_SUMMARY_ONLY"] == "true"

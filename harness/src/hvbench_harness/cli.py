@@ -20,14 +20,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 from hvbench_agent.sched import PARAM_NAMES, Refused, validate
 
-from hvbench_harness import build, inventory
+from hvbench_harness import build, inventory, playbooks
 from hvbench_harness.targets.kinds import kind
 from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target, setting_options
 
@@ -87,6 +85,11 @@ def playbook_parser(verb: str) -> argparse.ArgumentParser:
             help="where a Xen host's hypervisor is built: here (make xen-hypervisor), or there",
         )
         p.add_argument("--xen-dir", default="build/xen", help="make xen-hypervisor's directory")
+        p.add_argument(
+            "--xen-suite",
+            default="",
+            help="the hosts' Debian release (bookworm, trixie) when it is not this machine's",
+        )
     if verb == "teardown":
         p.add_argument(
             "--purge",
@@ -108,10 +111,7 @@ TASK_TIMES = {
 def ansible_playbook(hosts: str, playbook: str, *extra: str) -> int:
     """ansible-playbook from the repository (its ansible.cfg), the venv's when there is one;
     the slowest tasks' times at the end (TASK_TIMES)."""
-    tool = Path(sys.executable).parent / "ansible-playbook"
-    cmd = [str(tool) if tool.exists() else "ansible-playbook", "-i", hosts, *extra]
-    env = {**os.environ, "PATH": f"{tool.parent}:{os.environ.get('PATH', '')}", **TASK_TIMES}
-    return subprocess.run([*cmd, f"playbooks/{playbook}"], cwd=REPO, env=env).returncode
+    return playbooks.play(hosts, playbook, *extra, keep=False, env=TASK_TIMES).returncode
 
 
 def check(args: argparse.Namespace) -> int:
@@ -180,7 +180,10 @@ def provision(args: argparse.Namespace) -> int:
         *([hypervisor] if hypervisor else []),
     ]
     try:
-        build.make(goals, {"GUEST_BUNDLE": str(bundle), "XEN_DIR": str(xen_dir)})
+        build.make(
+            goals,
+            {"GUEST_BUNDLE": str(bundle), "XEN_DIR": str(xen_dir), "XEN_SUITE": args.xen_suite},
+        )
     except build.BuildError as e:
         raise CliError(str(e)) from None
     extra = {"hvbench_guest_bundle": str(bundle)}

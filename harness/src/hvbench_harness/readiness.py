@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +31,7 @@ from pathlib import Path
 from hvbench_agent import facts as agent_facts
 from hvbench_agent import tuning
 
-from hvbench_harness import hardware
+from hvbench_harness import hardware, playbooks
 from hvbench_harness.testbed import TestbedError, resolve
 
 # An idle state whose exit latency is above this counts as deep (C1 takes about 1-2 µs, C1E
@@ -470,17 +469,7 @@ def check_inventory(
 
 def enforce_testbed(inventory: str) -> str:
     """make provision's tuning (roles/host_tuning) on the testbed's host, through Ansible."""
-    repo = Path(__file__).resolve().parents[3]
-    playbook = Path(sys.executable).parent / "ansible-playbook"
-    cmd = [
-        str(playbook) if playbook.exists() else "ansible-playbook",
-        "-i",
-        inventory,
-        "--tags",
-        "tuning",
-        str(repo / "playbooks/provision.yml"),
-    ]
-    proc = subprocess.run(cmd, cwd=repo, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    proc = playbooks.play(inventory, "provision.yml", "--tags", "tuning")
     if proc.returncode != 0:
         raise SystemExit(f"make check: applying the tuning failed:\n{proc.stdout[-3000:]}")
     return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "tuning applied"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import functools
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from hvbench_agent.names import BadName, check_name
 
+from hvbench_harness import playbooks
 from hvbench_harness.targets.kinds import KINDS
 
 REPO = Path(__file__).resolve().parents[3]
@@ -359,35 +359,13 @@ def setting_options(setting) -> list[str]:
     return options
 
 
-def ansible_tool(name: str) -> str:
-    """An Ansible command: the one installed beside this Python (the project's venv), else the
-    one on PATH."""
-    beside = Path(sys.executable).parent / name
-    return str(beside) if beside.exists() else name
-
-
 def resolve(inventory: str, out: Path) -> Testbed:
     """Ask Ansible for the testbed of `inventory` (and check that it is provisioned)."""
-    cmd = [
-        ansible_tool("ansible-playbook"),
-        "-i",
-        inventory,
-        "-e",
-        f"testbed_file={out.resolve()}",
-        str(REPO / "playbooks/testbed.yml"),
-    ]
-    proc = subprocess.run(
-        cmd,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,  # Ansible refuses a non-blocking stdin (a harness's may be)
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )
+    proc = playbooks.play(inventory, "testbed.yml", "-e", f"testbed_file={out.resolve()}")
     if proc.returncode != 0 or not out.exists():
         raise TestbedError(
             f"the testbed of {inventory} is not ready (is it provisioned? `make provision`):\n"
-            + "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+            + playbooks.last_lines(proc)
         )
     return Testbed.from_json(json.loads(out.read_text()))
 
@@ -415,14 +393,7 @@ def read_inventory(inventory: str) -> dict:
     _meta); TestbedError if there is none or Ansible cannot read it. No host is contacted."""
     if not Path(inventory).exists():
         raise TestbedError(f"no inventory at {inventory}")
-    proc = subprocess.run(
-        [ansible_tool("ansible-inventory"), "-i", inventory, "--list"],
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )
+    proc = playbooks.run("ansible-inventory", "-i", inventory, "--list")
     if proc.returncode != 0:
         raise TestbedError(f"ansible-inventory cannot read {inventory}:\n{proc.stderr.strip()}")
     return json.loads(proc.stdout)

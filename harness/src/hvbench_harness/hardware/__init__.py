@@ -8,14 +8,13 @@ settings; machine.py reads the files, needs.py the settings, judge.py gives the 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from hvbench_harness import playbooks
 from hvbench_harness.hardware import judge, machine, needs
-from hvbench_harness.testbed import REPO, TestbedError, ansible_tool
+from hvbench_harness.testbed import TestbedError
 
 
 @dataclass(frozen=True)
@@ -31,20 +30,11 @@ def read_hosts(inventory: str, *ansible_args: str) -> list[HostHardware]:
     """Every testbed host of the inventory, read and judged; TestbedError if one cannot be.
     ansible_args: more for ansible-playbook (the tests' `-e @vars.yml`)."""
     with tempfile.TemporaryDirectory() as out:
-        proc = subprocess.run(
-            [ansible_tool("ansible-playbook"), "-i", inventory, "-e", f"hardware_dir={out}",
-             *ansible_args, str(REPO / "playbooks/hardware.yml")],
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-        )  # fmt: skip
+        proc = playbooks.play(inventory, "hardware.yml", "-e", f"hardware_dir={out}", *ansible_args)
         found = sorted(Path(out).glob("*.json"))
         if proc.returncode != 0 or not found:
             raise TestbedError(
-                f"cannot read the hardware of {inventory}'s hosts:\n"
-                + "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+                f"cannot read the hardware of {inventory}'s hosts:\n" + playbooks.last_lines(proc)
             )
         return [judged(p.stem, json.loads(p.read_text())) for p in found]
 
