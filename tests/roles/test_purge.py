@@ -11,8 +11,6 @@ import jinja2
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-HOST_ROLES = ["host_tuning", "rt_profile", "hvbench_agent", "kvm_host", "xen_host", "guest_image"]
-HOST_ROLES += ["guests"]
 MODULES = ("template", "copy", "file", "lineinfile")
 # Written by a host role and left by the purge, on purpose.
 KEPT = {
@@ -34,10 +32,27 @@ def tasks(items):
             yield task
 
 
+def host_roles() -> set[str]:
+    """The roles provision.yml's first play (the hosts') runs, both hypervisors' included."""
+    play = yaml.safe_load((REPO / "playbooks/provision.yml").read_text())[0]
+    names = {r["role"] for r in play["roles"]}
+    for task in tasks(play["pre_tasks"] + play["tasks"] + play["post_tasks"]):
+        if "ansible.builtin.include_role" in task:
+            names.add(task["ansible.builtin.include_role"]["name"])
+    hypervisor_roles = {f"{h}_host" for h in ("kvm", "xen")}
+    return (names - {"{{ hvbench_hypervisor }}_host"}) | hypervisor_roles
+
+
+def test_the_host_roles_are_read_from_the_playbook():
+    roles = host_roles()
+    assert {"kvm_host", "xen_host", "guests", "host_tuning"} <= roles
+    assert all((REPO / "roles" / role / "tasks").is_dir() for role in roles), roles
+
+
 def written() -> set[str]:
     """Every path (as the role spells it, loops expanded) a host role's task writes."""
     found = set()
-    for role in HOST_ROLES:
+    for role in host_roles():
         for path in (REPO / "roles" / role / "tasks").glob("*.yml"):
             for task in tasks(yaml.safe_load(path.read_text())):
                 found |= task_paths(task)
