@@ -42,9 +42,9 @@ PURGE     ?=
 ACTION    ?= apply
 GUEST_BUNDLE ?= build/guest-bundle.tar
 BAY_DATA_DIR ?= data/pems-bay
-# XEN_BUILD=controller builds the Xen hypervisor here (on the host's release) into XEN_DIR; host there.
 XEN_BUILD ?= controller
-XEN_DIR   ?= build/xen
+XEN_SUITE ?=
+XEN_DIR   ?= build/xen$(if $(XEN_SUITE),-$(XEN_SUITE))
 KAFKA_LIBS := build/kafka/libs
 FLINK_LIB  := build/flink/lib
 AGENT_WHEEL := build/agent/.built
@@ -125,12 +125,12 @@ agent-wheel: $(AGENT_WHEEL) ## the agent (hostagent/) as a wheel in build/agent/
 $(AGENT_WHEEL): $(STAMP) $(AGENT_SOURCES)
 	scripts/agent-wheel
 	@touch $@
-xen-hypervisor: $(XEN_DIR)/xen-rtds.gz ## build the Xen hypervisor with RTDS from Debian's source into build/xen
-$(XEN_DIR)/xen-rtds.gz: roles/xen_host/files/build-xen-hypervisor $(wildcard roles/xen_host/files/xen-patches/*)
-	roles/xen_host/files/build-xen-hypervisor $(XEN_DIR)
+xen-hypervisor: $(XEN_DIR)/xen-rtds.gz ## the Xen hypervisor with RTDS from Debian's source, in build/xen[-XEN_SUITE]
+$(XEN_DIR)/xen-rtds.gz: scripts/xen-hypervisor roles/xen_host/files/build-xen-hypervisor $(wildcard roles/xen_host/files/xen-patches/*)
+	scripts/xen-hypervisor $(XEN_DIR) $(XEN_SUITE)
 # hvbench provision checks TARGET and XEN_BUILD, then asks make for what the hosts need.
-provision: $(STAMP) ## HOST=host TARGET=kvm|xen (or INVENTORY=) [XEN_BUILD=host]: make a bare host a testbed
-	$(HVBENCH) provision $(WHERE) --guest-bundle $(GUEST_BUNDLE) --xen-build $(XEN_BUILD) --xen-dir $(XEN_DIR)
+provision: $(STAMP) ## HOST=host TARGET=kvm|xen (or INVENTORY=) [XEN_BUILD=host | XEN_SUITE=trixie]: make a bare host a testbed
+	$(HVBENCH) provision $(WHERE) --guest-bundle $(GUEST_BUNDLE) --xen-build $(XEN_BUILD) --xen-dir $(XEN_DIR) --xen-suite '$(XEN_SUITE)'
 teardown: $(STAMP) ## remove the guests (HOST= TARGET= or INVENTORY=) [PURGE=1: all make provision set too, then reboot]
 	$(HVBENCH) teardown $(WHERE)$(if $(filter 1,$(PURGE)), --purge)
 # make sched's words go to `hvbench sched` as they are: it checks them before any host hears.

@@ -105,7 +105,11 @@ def test_provision_asks_for_the_xen_hypervisor_only_where_it_is_built_here(
 ):
     argv = ["provision", "--inventory", inventory(tmp_path, group), "--xen-build", xen_build]
     assert cli.main([*argv, "--guest-bundle", "b.tar", "--xen-dir", "x"]) == 0
-    extra = {"GUEST_BUNDLE": str(Path("b.tar").resolve()), "XEN_DIR": str(Path("x").resolve())}
+    extra = {
+        "GUEST_BUNDLE": str(Path("b.tar").resolve()),
+        "XEN_DIR": str(Path("x").resolve()),
+        "XEN_SUITE": "",
+    }
     goals = ["controller-tools", "agent-wheel", "guest-bundle"]
     assert asked == [(goals + (["xen-hypervisor"] if hypervisor else []), extra)]
     [(_, playbook, _, given)] = played
