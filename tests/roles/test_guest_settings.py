@@ -3,6 +3,7 @@ this machine: bad neighbour settings are refused with the reason, good ones pass
 only read, so no host is needed; the testbed tier runs them on real hosts too."""
 
 import json
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,23 @@ def test_an_image_of_ones_own_and_a_workload_neighbour_pass(tmp_path):
     neighbours = {"count": 2, "workload": True, "memory_mb": 4096, "image": str(image)}
     proc = check(tmp_path, neighbours)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+
+
+def this_release() -> str:
+    """This machine's release as Ansible names it (distribution, major version)."""
+    release = platform.freedesktop_os_release()
+    return f"{release['NAME'].split()[0]} {release['VERSION_ID'].split('.')[0]}"
+
+
+def test_a_release_provisioning_is_not_tested_on_is_refused_first(tmp_path):
+    tested = {"kvm": ["Debian 13"], "xen": ["Debian 12"]}
+    if this_release() in tested["kvm"]:
+        tested["kvm"] = ["Debian 12"]
+    proc = check(tmp_path, {}, guests_tested_releases=tested)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    expected = f"this host runs {this_release()}; a kvm host is tested on {tested['kvm'][0]} only"
+    assert proc.returncode != 0 and expected in out, out[-3000:]
+    assert "add it to guests_tested_releases" in out
 
 
 def test_an_unknown_on_crash_action_is_refused_on_xen(tmp_path):

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 # What a KVM host keeps for itself beside the guests: its OS, libvirt and the QEMU processes.
 KVM_HOST_RESERVE_MB = 2048
+# The releases each hypervisor's provisioning is tested on: roles/guests' default
+# guests_tested_releases (a test keeps the two equal); an inventory may set its own.
+TESTED_RELEASES = {"kvm": ["Debian 12", "Debian 13"], "xen": ["Debian 12"]}
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,7 @@ class Needs:
     reserve_mb: int  # the host's own: dom0_mem on Xen, KVM_HOST_RESERVE_MB on KVM
     hardware_virtualization: bool  # KVM, or a Xen guest of type pvh or hvm
     dom0_cpus: frozenset[int] | None = None  # Xen: the CPUs dom0's vCPUs are pinned to
+    tested_releases: tuple[str, ...] = ()  # the releases provisioning takes ("Debian 12")
 
     @property
     def cpus(self) -> frozenset[int]:
@@ -60,6 +64,9 @@ def of_host(hostvars: dict) -> Needs:
         ),
         hardware_virtualization=hypervisor == "kvm" or bool(xen_types & {"pvh", "hvm"}),
         dom0_cpus=dom0_cpus(hostvars) if hypervisor == "xen" else None,
+        tested_releases=tuple(
+            (hostvars.get("guests_tested_releases") or TESTED_RELEASES).get(hypervisor, [])
+        ),
     )
 
 
