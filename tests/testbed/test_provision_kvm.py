@@ -1,5 +1,7 @@
 """make provision for real: a QEMU guest plays the bare-metal host (see hostvm.py), the
-playbooks provision it over SSH, and libvirt/KVM inside it runs the two guests.
+playbooks provision it over SSH, and libvirt/KVM inside it runs the two guests. The host runs
+Debian 13 (hostvm.SUITE); test_provision_kvm_debian12.py takes this module's fixtures for a
+Debian 12 host (its SUITE).
 
 Sizes are the test's: the host VM has 4 vCPUs and 6 GiB under TCG. Each guest gets one vCPU:
 the messaging VM on host CPU 1, two real-time VMs (a cluster's layout) on CPUs 2 and 3, and
@@ -24,6 +26,7 @@ from hostvm import (
     HOLD_STATIC_KEYS_UNIT,
     KVM_HOST_LINUX_ARGS,
     SLOW_GUEST_KERNEL_ARGS,
+    SUITE,
     ControllerSSH,
     HostVM,
     agent_wheel,
@@ -187,16 +190,31 @@ SYSTEMD_AFFINITY_AGAIN = (
 )
 
 
+# The tests a module's layer stands for, those of them the module has (layers.py).
+COVERED = [
+    "test_provision_sets_up_the_host_and_the_guests",
+    "test_second_provision_changes_nothing",
+    "test_the_profile_reboots_the_host_into_its_kernel_isolation_and_reads_it_back",
+]
+
+
 @pytest.fixture(scope="module")
-def image() -> Path:
+def suite(request) -> str:
+    """The host's release: the SUITE of the module whose tests run (this one's, Debian 13)."""
+    return request.module.SUITE
+
+
+@pytest.fixture(scope="module")
+def image(suite) -> Path:
     agent_wheel()
-    return build_image(CACHE, linux_args=KVM_HOST_LINUX_ARGS)
+    return build_image(CACHE, linux_args=KVM_HOST_LINUX_ARGS, suite=suite)
 
 
 @pytest.fixture(scope="module")
-def layer(image) -> Layer:
-    """The provisioned host of this module (layers.py), by the key of what provisioning reads
-    here; the workload installed on the controller is not in it (see `host`)."""
+def layer(request, suite, image) -> Layer:
+    """The provisioned host of the module (layers.py), by the key of what provisioning reads
+    here; the workload installed on the controller is not in it (see `host`). A module of
+    another release keeps layers of its own kind."""
     inputs = {
         "image": image.name,
         "vm": HOST_VM,
@@ -204,12 +222,9 @@ def layer(image) -> Layer:
         "vars": small_testbed_vars(image.parent / "id_ed25519"),
         "host": inventory_host_vars(),
     }
-    covers = [
-        test_provision_sets_up_the_host_and_the_guests,
-        test_second_provision_changes_nothing,
-        test_the_profile_reboots_the_host_into_its_kernel_isolation_and_reads_it_back,
-    ]
-    return Layer(CACHE, "kvm", inputs, covers, roles=["kvm_host"], quiesce=GUESTS_PAUSED)
+    covers = [getattr(request.module, name) for name in COVERED if hasattr(request.module, name)]
+    kind = "kvm" if suite == SUITE else f"kvm-{suite}"
+    return Layer(CACHE, kind, inputs, covers, roles=["kvm_host"], quiesce=GUESTS_PAUSED)
 
 
 @pytest.fixture(scope="module")
@@ -705,44 +720,6 @@ def test_make_run_on_kvm_runs_the_workload_and_reads_the_setting_back(host, tmp_
     assert_the_vcpus_trace_is_aligned_and_read(kept, meta)
     assert_the_noise_floor_ran_in_the_real_time_machine(kept, meta)
     assert_the_neighbour_ran_its_load(meta)
-
-
-def test_make_run_scale_cluster_on_kvm_spreads_kafka_and_flink(host, tmp_path):
-    """SCALE=cluster on the testbed: three KRaft nodes in the messaging machine and a Flink
-    session cluster (JobManager, two TaskManagers) in the real-time machine, every one started
-    over SSH as the testbed starts them, as services side by side (one machine plays each VM,
-    see with_workload); the setting on both nested real-time VMs, read back from each; the load
-    as two client pairs, each its producers and its own consumer (CLIENTS=2)."""
-    kept, meta = finished_run(
-        host, tmp_path, "kvm-cluster", SCALE="cluster", TASKMANAGERS=2, CLIENTS=2
-    )
-    counts = meta["counts"]
-    assert (counts["sent"], counts["received"], counts["missing"]) == (60, 60, 0)
-    assert counts["accounted"] and counts["malformed_dead_lettered"] == 2
-    kafka = meta["kafka"]
-    assert [n["node_id"] for n in kafka["nodes"]] == [1, 2, 3]
-    assert set(kafka["placement"].values()) == {"messaging (controller)"}
-    assert kafka["replication"] == 3 and kafka["min_insync"] == 2
-    for partition in kafka["topics"]["input"]["partitions"]:
-        assert sorted(partition["isr"]) == [1, 2, 3]
-    flink = meta["flink_cluster"]
-    assert flink["taskmanagers"] == ["realtime (controller)"] * 2 and flink["parallelism"] == 2
-    assert meta["job"]["flink"]["parallelism.default"] == "2"
-    for when in ("sched", "sched_at_end"):
-        for readback in every_vm(meta[when]):
-            assert readback["vcpus"][0]["cpu_max"] == "50000 100000", (when, readback)
-    # one machine stamps both ends; the TaskManagers run there too: one clock throughout
-    assert meta["clock"]["job"]["method"] == "one calibration"
-    # both pairs in the one messaging machine, on the run's calibration; each its own records
-    pairs = [(p["client"], p["machine"], p["calibration"]) for p in meta["clock"]["clients"]]
-    assert pairs == [(k, "messaging (controller)", "the run's") for k in (0, 1)]
-    samples = pd.read_csv(kept / "samples.csv")
-    assert samples.groupby("client").size().to_dict() == {0: 30, 1: 30}
-    install_dir, run_dir = workload_dirs(host)
-    assert here(f"pgrep -af '[/]{str(install_dir)[1:]}' || true").strip() == ""
-    assert list(run_dir.iterdir()) == []
-    logs = {p.name for p in (kept / "logs").iterdir()}
-    assert {"broker-1.log", "broker-2.log", "broker-3.log"} <= logs, logs
 
 
 def assert_the_neighbour_ran_its_load(meta: dict) -> None:

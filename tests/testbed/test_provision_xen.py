@@ -111,7 +111,8 @@ def prebuilt() -> Path:
 @pytest.fixture(scope="module")
 def image() -> Path:
     agent_wheel()
-    return build_image(CACHE, BASE_PACKAGES + XEN_PACKAGES)
+    # Debian 12: Debian 13's Xen source is not on the mirror reachable here (docs/testing.md)
+    return build_image(CACHE, BASE_PACKAGES + XEN_PACKAGES, suite="bookworm")
 
 
 @pytest.fixture(scope="module")
@@ -737,8 +738,8 @@ def test_make_teardown_purge_boots_the_host_into_linux_without_xen(host):
     """make teardown PURGE=1 on the Xen host (playbooks/purge.yml after teardown.yml): the
     hvbench Xen entry and hypervisor, the distribution's hypervisor packages (their GRUB
     settings would boot Xen), the cpupool's and network's units, the agent and every hvbench
-    file go; the host reboots into Linux alone. A second purge changes nothing. Last in the
-    module: there is no Xen after it."""
+    file go; the host reboots into Linux alone. Last in the module: there is no Xen after it.
+    (That a second purge changes nothing is the KVM module's to show: 40 s here.)"""
     assert on_host(host, "test -e /proc/xen/capabilities", check=False).returncode == 0
     code, out, counts = playbook(host, "teardown.yml")
     assert code == 0, out[-6000:]
@@ -756,5 +757,3 @@ def test_make_teardown_purge_boots_the_host_into_linux_without_xen(host):
         " /var/lib/hvbench 2>/dev/null || true",
     )
     assert left.stdout.split() == []
-    code, out, counts = playbook(host, "purge.yml")
-    assert code == 0 and counts["changed"] == 0, out[-6000:]
