@@ -27,7 +27,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 OWN = ["hostagent", "tsc_timer", "analysis", "flink-job", "producers", "harness"]
 PINS = ("constraints.txt", "requirements.txt")
-HEAVY = ["pyflink", "tensorflow", "keras"]  # what only the job (PyFlink) and training need
+# what only the job (PyFlink, the model's interpreter) and training need
+HEAVY = ["pyflink", "tensorflow", "keras", "ai_edge_litert"]
 
 
 def wheel_cache() -> Path:
@@ -162,8 +163,8 @@ def test_a_controller_for_testbeds_has_every_verb_and_no_pyflink(tmp_path, wheel
 
 def test_the_real_time_vm_gets_pyflink_with_the_jobs_extra(tmp_path, wheels):
     bin_dir = install(tmp_path / "venv", wheels, "hvbench-job[job]", "hvbench-load")
-    assert importable(bin_dir, "pyflink", "tensorflow", "sklearn") == {
-        "pyflink": True, "tensorflow": False, "sklearn": False,
+    assert importable(bin_dir, "pyflink", "ai_edge_litert", "tensorflow", "sklearn") == {
+        "pyflink": True, "ai_edge_litert": True, "tensorflow": False, "sklearn": False,
     }  # fmt: skip
     import_every_module(bin_dir, "hvbench_job", leave_out=("hvbench_job.forecast.train",))
     import_every_module(bin_dir, "hvbench_load")
