@@ -1,0 +1,98 @@
+"""Reservations replayed: when each record would be done under a scheduler's reservation, from
+when it arrived and the CPU time it needs.
+
+Record i arrives at `arrivals[i]` and needs `demands[i]` of CPU time from the thread (or vCPU)
+that serves the records one after another, in arrival order; both in integer nanoseconds. A
+server decides when that thread gets the CPU; each function returns the times the records are
+done, so that done − arrival is the time the reservation added to the CPU time, queueing
+behind earlier records included. Here the server is alone on its CPU: nothing else competes
+for the CPU, as for the bare target's job threads on a quiet machine, or a real-time VM's
+vCPU on its own pool. Sources of each model: docs/simulate.md.
+
+- `unconstrained`: the CPU whenever there is work (no reservation; RTDS with extratime on an
+  otherwise idle CPU).
+- `periodic`: `budget` per period, periods fixed in time from `phase`; used as soon as there is
+  work, the rest lost at the period's end. CFS bandwidth control (the quota refilled by the
+  period timer) and RTDS without extratime (the budget given back at each period boundary).
+- `cbs`: SCHED_DEADLINE's constant bandwidth server: `runtime` per `period`, the deadline
+  reset on a wake-up that would overrun the bandwidth, throttled to the deadline when the
+  runtime is spent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def check_inputs(arrivals, demands) -> tuple[list[int], list[int]]:
+    """Arrival times (non-decreasing) and demands (≥ 0) as Python integers (exact)."""
+    a = np.asarray(arrivals, dtype=np.int64)
+    c = np.asarray(demands, dtype=np.int64)
+    if a.shape != c.shape or a.ndim != 1:
+        raise ValueError(f"one demand per arrival (got {a.shape} and {c.shape})")
+    if len(a) and (np.any(np.diff(a) < 0) or np.any(c < 0)):
+        raise ValueError("arrivals must not decrease and demands must not be negative")
+    return a.tolist(), c.tolist()
+
+
+def check_reservation(budget: int, period: int) -> None:
+    if not 0 < budget <= period:
+        raise ValueError(f"a budget from 1 ns to the period (got {budget} of {period} ns)")
+
+
+def unconstrained(arrivals, demands) -> np.ndarray:
+    """Done times with the CPU always there: each record after the previous one, FIFO."""
+    a, c = check_inputs(arrivals, demands)
+    done, t = [], None
+    for arrival, demand in zip(a, c, strict=True):
+        t = (arrival if t is None or arrival > t else t) + demand
+        done.append(t)
+    return np.array(done, dtype=np.int64)
+
+
+def periodic(arrivals, demands, budget: int, period: int, phase: int = 0) -> np.ndarray:
+    """Done times under a periodic server: `budget` ns in each period [phase + kP, phase +
+    (k+1)P), used at once while there is work."""
+    check_reservation(budget, period)
+    a, c = check_inputs(arrivals, demands)
+    done, t, start, left = [], None, None, 0
+    for arrival, demand in zip(a, c, strict=True):
+        t = arrival if t is None or arrival > t else t
+        while True:
+            begin = phase + (t - phase) // period * period  # the period t lies in
+            if begin != start:
+                start, left = begin, budget
+            run = min(demand, left, begin + period - t)
+            t, demand, left = t + run, demand - run, left - run
+            if demand == 0:
+                break
+            t = begin + period  # budget spent or period over: the next period's budget
+        done.append(t)
+    return np.array(done, dtype=np.int64)
+
+
+def cbs(arrivals, demands, runtime: int, period: int) -> np.ndarray:
+    """Done times under SCHED_DEADLINE (deadline = period), as kernel/sched/deadline.c does
+    it: a thread that wakes at t with runtime q left and deadline d keeps them only if d ≥ t
+    and q / (d − t) ≤ runtime / period (update_dl_entity), else it gets a full runtime and the
+    deadline t + period. When q is spent it is throttled until d (start_dl_timer), then runs
+    on with a full runtime and the deadline d + period, or t + period if that is past
+    (replenish_dl_entity)."""
+    check_reservation(runtime, period)
+    a, c = check_inputs(arrivals, demands)
+    done, t, deadline, left = [], None, None, 0
+    for arrival, demand in zip(a, c, strict=True):
+        if t is None or t <= arrival:  # the thread was asleep: it wakes now
+            t = arrival
+            if deadline is None or deadline < t or left * period > (deadline - t) * runtime:
+                deadline, left = t + period, runtime
+        while True:
+            run = min(demand, left)
+            t, demand, left = t + run, demand - run, left - run
+            if demand == 0:
+                break
+            t = max(t, deadline)
+            deadline = deadline + period if deadline + period >= t else t + period
+            left = runtime
+        done.append(t)
+    return np.array(done, dtype=np.int64)
