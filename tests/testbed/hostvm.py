@@ -681,13 +681,10 @@ class HostVM:
             self.process.wait()
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.ssh("systemctl poweroff", check=False, timeout=20)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        """The end of the VM: its overlay is thrown away, so nothing needs shutting down
+        cleanly. A poweroff took more than 60 s under TCG with nested guests running, and was
+        then killed anyway: a minute at the end of each module."""
+        self.kill()
 
     def __enter__(self) -> HostVM:
         self.start()
