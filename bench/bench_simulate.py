@@ -23,6 +23,7 @@ def main() -> None:
         "periodic 20/100 ms": lambda: simulate.periodic(arrivals, demands, 20 * MS, 100 * MS),
         "cbs 20/100 ms": lambda: simulate.cbs(arrivals, demands, 20 * MS, 100 * MS),
         "cbs 2/100 ms (overloaded)": lambda: simulate.cbs(arrivals, demands, 2 * MS, 100 * MS),
+        "credit cap 5": lambda: simulate.credit_cap(arrivals, demands, 5),
     }
     rows = {name: summary(time_calls(call, 5, 1)) for name, call in servers.items()}
     slowest_s = max(row["p99_us"] for row in rows.values()) / 1e6

@@ -101,3 +101,44 @@ def test_bad_inputs_are_refused_with_the_reason(arrivals, demands, budget, messa
     for server in (simulate.periodic, simulate.cbs):
         with pytest.raises(ValueError, match=message):
             server(arrivals, demands, budget, 10)
+
+
+MS = 1_000_000
+
+
+def test_credits_cap_parks_and_unparks_as_xens_accounting_does():
+    """Cap 50 with 30 ms slices: 150 credits (15 ms) per accounting. 100 ms of work from 0:
+    a tick finds it running at 10 (active); at 30 its credit is -30 + 15 = -15 ms, not below
+    -15: it runs on; at 60 it is -45 + 15 = -30: parked; at 90 -15, still parked; at 120 0:
+    unparked, 40 ms left; at 150 -30 + 15 = -15: not parked; done at 160."""
+    done = simulate.credit_cap([0], [100 * MS], cap=50)
+    assert done.tolist() == [160 * MS]
+
+
+def test_credits_cap_of_a_whole_cpu_never_parks():
+    rng = np.random.default_rng(5)
+    arrivals = np.cumsum(rng.integers(0, 40 * MS, 2000))
+    demands = rng.integers(0, 60 * MS, 2000)
+    free = simulate.unconstrained(arrivals, demands)
+    assert np.array_equal(simulate.credit_cap(arrivals, demands, cap=100), free)
+
+
+def test_credits_cap_leaves_a_light_load_alone_and_holds_a_heavy_one_to_it():
+    """Records of 1 ms every 20 ms (5 %) under cap 10 are never parked; 15 ms every 20 ms
+    (75 %) under cap 25 get a quarter of the CPU in the long run."""
+    light = np.arange(0, 3000 * MS, 20 * MS)
+    demands = np.full(len(light), 1 * MS)
+    assert np.array_equal(simulate.credit_cap(light, demands, cap=10), light + demands)
+    heavy = simulate.credit_cap(light, np.full(len(light), 15 * MS), cap=25)
+    busy = 15 * MS * len(light)
+    assert busy / (heavy[-1] - light[0]) == pytest.approx(0.25, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("cap", "tslice", "message"),
+    [(0, 30 * MS, "a cap of 1 to 100"), (101, 30 * MS, "a cap of 1 to 100"),
+     (50, 1000, "a time slice of whole ticks")],
+)  # fmt: skip
+def test_bad_credit_settings_are_refused(cap, tslice, message):
+    with pytest.raises(ValueError, match=message):
+        simulate.credit_cap([0], [1], cap=cap, tslice=tslice)

@@ -17,6 +17,9 @@ vCPU on its own pool. Sources of each model: docs/simulate.md.
 - `cbs`: SCHED_DEADLINE's constant bandwidth server: `runtime` per `period`, the deadline
   reset on a wake-up that would overrun the bandwidth, throttled to the deadline when the
   runtime is spent.
+- `credit_cap`: Xen Credit's cap on a one-vCPU domain alone in its pool: credits burnt while
+  running and given at each accounting; a vCPU too far in debt is parked until an accounting
+  brings its credit back to zero.
 """
 
 from __future__ import annotations
@@ -96,3 +99,90 @@ def cbs(arrivals, demands, runtime: int, period: int) -> np.ndarray:
             left = runtime
         done.append(t)
     return np.array(done, dtype=np.int64)
+
+
+# Xen Credit (xen/common/sched/credit.c): 10 credits per ms of CPU (CSCHED_CREDITS_PER_MSEC),
+# three ticks per time slice (CSCHED_TICKS_PER_TSLICE), an accounting (csched_acct) every
+# time slice. Here a credit is counted as the CPU time it buys: 1 credit = 0.1 ms.
+NS_PER_CREDIT = 100_000
+TICKS_PER_TSLICE = 3
+
+
+def credit_cap(arrivals, demands, cap: int, tslice: int = 30_000_000, phase: int = 0):
+    """Done times of a one-vCPU domain with Credit's `cap` (% of a CPU, 1..100) alone in its
+    pool, the accounting every `tslice` from `phase` and the ticks in between. As csched_acct
+    does for it: each accounting gives an active vCPU the cap's credits, ⌈cap · credits per
+    slice / 100⌉ (the fair share alone would be more); a credit below minus that parks the
+    vCPU, which stays parked until an accounting finds its credit at zero or above; the debt
+    stops at minus one slice's credits; a credit above one slice's makes the vCPU inactive
+    (no more credits) at half of it. A vCPU becomes active when a tick finds it running
+    (csched_unit_acct). Running burns credits as it goes (Xen burns them at ticks and context
+    switches)."""
+    if not 1 <= cap <= 100:
+        raise ValueError(f"a cap of 1 to 100 (% of one CPU) for one vCPU (got {cap})")
+    if tslice % (TICKS_PER_TSLICE * NS_PER_CREDIT):
+        raise ValueError(f"a time slice of whole ticks of credits (got {tslice} ns)")
+    a, c = check_inputs(arrivals, demands)
+    vcpu = CreditVcpu(cap, tslice, phase)
+    done = []
+    for arrival, demand in zip(a, c, strict=True):
+        vcpu.idle_until(arrival)
+        vcpu.run(demand)
+        done.append(vcpu.t)
+    return np.array(done, dtype=np.int64)
+
+
+class CreditVcpu:
+    """One vCPU under Credit, its credit in ns of CPU; t: where it is in time."""
+
+    def __init__(self, cap: int, tslice: int, phase: int) -> None:
+        slice_credits = tslice // NS_PER_CREDIT
+        self.grant = (cap * slice_credits + 99) // 100 * NS_PER_CREDIT
+        self.tslice, self.tick = tslice, tslice // TICKS_PER_TSLICE
+        self.t = None
+        self.next_tick = self.next_acct = phase
+        self.credit, self.active, self.parked = 0, False, False
+
+    def idle_until(self, when: int) -> None:
+        """The vCPU has nothing to run until `when`: the ticks and accountings go by."""
+        if self.t is None:
+            self.t = when
+            self.next_tick += -(-(when - self.next_tick) // self.tick) * self.tick
+            self.next_acct += -(-(when - self.next_acct) // self.tslice) * self.tslice
+        while min(self.next_tick, self.next_acct) <= when:
+            self.t = min(self.next_tick, self.next_acct)
+            self.event(running=False)
+        self.t = max(self.t, when)
+
+    def run(self, demand: int) -> None:
+        while True:
+            if self.parked:  # paused until an accounting unparks it
+                self.t = self.next_acct
+                self.next_tick = self.next_acct  # the ticks in between find nothing running
+                self.event(running=False)
+                continue
+            run = min(demand, min(self.next_tick, self.next_acct) - self.t)
+            self.t, demand, self.credit = self.t + run, demand - run, self.credit - run
+            if demand == 0:
+                return
+            self.event(running=True)
+
+    def event(self, running: bool) -> None:
+        """The tick and the accounting due at t, the tick first."""
+        if self.next_tick == self.t:
+            self.active = self.active or running
+            self.next_tick += self.tick
+        if self.next_acct == self.t:
+            self.next_acct += self.tslice
+            if self.active:
+                self.account()
+
+    def account(self) -> None:
+        self.credit += self.grant
+        if self.credit < 0:
+            self.parked = self.parked or self.credit < -self.grant
+            self.credit = max(self.credit, -self.tslice)
+        else:
+            self.parked = False
+            if self.credit > self.tslice:
+                self.active, self.credit = False, self.credit // 2
