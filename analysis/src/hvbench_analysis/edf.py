@@ -1,0 +1,123 @@
+"""Several reservations on one CPU under EDF: each a periodic server (budget per period, the
+deadline its period's end), the CPU to the server with work, budget and the earliest deadline,
+a later deadline preempted as soon as an earlier one has work. This is RTDS with extratime off
+on one physical CPU (xen/common/sched/rt.c: a vCPU's budget given back at each period boundary,
+the run queue ordered by deadline, equal deadlines first come first served), and the case
+where a server's budget may come anywhere in its period: the analytical bound's 2·(P − B).
+
+A server with records serves them one after another (arrivals and demands in integer ns, as in
+simulate.py); a server without records always has work (another VM's busy vCPU). Built on
+SimPy's processes and its preemptive resource.
+
+    done = edf([Server(30_000_000, 100_000_000, arrivals=a, demands=c),
+                Server(70_000_000, 200_000_000)])   # done[0]: when each record of the first is done
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from hvbench_analysis.simulate import check_inputs, check_reservation
+
+
+@dataclass(frozen=True)
+class Server:
+    budget: int
+    period: int
+    phase: int = 0
+    arrivals: object = None  # None: always busy
+    demands: object = None
+
+
+class Served:
+    """One server's state while the simulation runs."""
+
+    def __init__(self, env: simpy.Environment, cpu, server: Server) -> None:
+        check_reservation(server.budget, server.period)
+        self.env, self.cpu, self.server = env, cpu, server
+        self.busy = server.arrivals is None
+        self.records: list[tuple[int, int]] = []
+        if not self.busy:
+            self.records = list(zip(*check_inputs(server.arrivals, server.demands), strict=True))
+        self.queue: deque[list[int]] = deque()  # [index, demand left] of records that arrived
+        self.done = [0] * len(self.records)
+        self.finished = env.event()
+        self.work = env.event()
+        self.start, self.left = None, 0
+        if not self.busy:
+            env.process(self.arrive())
+        env.process(self.serve())
+
+    def period_at(self, t: int) -> tuple[int, int]:
+        s = self.server
+        begin = s.phase + (t - s.phase) // s.period * s.period
+        if begin != self.start:
+            self.start, self.left = begin, s.budget
+        return begin, begin + s.period
+
+    def arrive(self):
+        for i, (arrival, demand) in enumerate(self.records):
+            yield self.env.timeout(arrival - self.env.now)
+            self.queue.append([i, demand])
+            if not self.work.triggered:
+                self.work.succeed()
+        if not self.records:
+            self.finished.succeed()
+
+    def pending(self) -> int | None:
+        """The demand left of the record at the head (None: nothing to do)."""
+        if self.busy:
+            return self.server.budget
+        return self.queue[0][1] if self.queue else None
+
+    def serve(self):
+        env = self.env
+        while True:
+            if self.pending() is None:
+                self.work = env.event()
+                yield self.work
+            _, end = self.period_at(env.now)
+            if self.left == 0:  # budget spent: the next period's
+                yield env.timeout(end - env.now)
+                continue
+            request = self.cpu.request(priority=end, preempt=True)
+            try:
+                got = yield request | env.timeout(end - env.now)
+            except simpy.Interrupt:  # given the CPU and preempted before it could run
+                continue
+            if request not in got:  # its period ended while it waited: a new deadline
+                request.cancel()
+                continue
+            yield from self.run(request, end)
+
+    def run(self, request, end: int):
+        env = self.env
+        started = env.now
+        with contextlib.suppress(simpy.Interrupt):  # an earlier deadline took the CPU
+            yield env.timeout(min(self.left, self.pending(), end - started))
+        used = env.now - started
+        self.cpu.release(request)
+        self.left -= used
+        if not self.busy:
+            self.queue[0][1] -= used
+            if self.queue[0][1] == 0:
+                index, _ = self.queue.popleft()
+                self.done[index] = env.now
+                if index == len(self.records) - 1:
+                    self.finished.succeed()
+
+
+def edf(servers: list[Server]) -> list[np.ndarray | None]:
+    """When each record of each server is done (None for an always-busy server)."""
+    env = simpy.Environment()
+    cpu = simpy.PreemptiveResource(env, capacity=1)
+    served = [Served(env, cpu, s) for s in servers]
+    with_records = [s.finished for s in served if not s.busy]
+    if with_records:
+        env.run(until=simpy.AllOf(env, with_records))
+    return [None if s.busy else np.array(s.done, dtype=np.int64) for s in served]

@@ -1,0 +1,54 @@
+"""Reservations side by side on one CPU under EDF (hvbench_analysis.edf): alone, a server is
+the simulator's periodic server; beside others, a record can wait 2·(P − B), never more."""
+
+import numpy as np
+from hvbench_analysis import simulate
+from hvbench_analysis.edf import Server, edf
+
+MS = 1_000_000
+
+
+def sparse_records(rng, count: int, period: int, max_demand: int):
+    return np.cumsum(period + rng.integers(0, 3 * period, count)), rng.integers(
+        0, max_demand + 1, count
+    )
+
+
+def test_alone_it_is_the_periodic_server():
+    rng = np.random.default_rng(6)
+    arrivals = np.cumsum(rng.integers(0, 30 * MS, 2000))
+    demands = rng.integers(0, 40 * MS, 2000)
+    (done,) = edf([Server(20 * MS, 100 * MS, 7 * MS, arrivals, demands)])
+    assert np.array_equal(done, simulate.periodic(arrivals, demands, 20 * MS, 100 * MS, 7 * MS))
+
+
+def test_the_budget_early_in_one_period_and_late_in_the_next_is_the_worst_case():
+    """Ours 30 per 100 ms; a busy neighbour 140 per 200 ms whose deadlines fall 1 ns before
+    every second one of ours. Ours runs first in [0, 100) and last in [100, 200): a record
+    arriving at 30, just as the first budget is spent, waits until 170: 2·(P − B) + demand."""
+    budget, period = 30 * MS, 100 * MS
+    ours = Server(budget, period, arrivals=[0, 30 * MS], demands=[30 * MS, 20 * MS])
+    neighbour = Server(140 * MS, 200 * MS, phase=-1)
+    done, _ = edf([ours, neighbour])
+    assert done[1] - 30 * MS == 2 * (period - budget) + 20 * MS
+
+
+def test_beside_busy_neighbours_a_record_waits_longer_but_never_beyond_the_bound():
+    rng = np.random.default_rng(7)
+    budget, period = 30 * MS, 100 * MS
+    arrivals, demands = sparse_records(rng, 400, period, budget)
+    neighbours = [Server(40 * MS, 150 * MS, phase=3 * MS), Server(25 * MS, 90 * MS, phase=11)]
+    done = edf([Server(budget, period, 5 * MS, arrivals, demands), *neighbours])[0]
+    assert np.all(done - arrivals <= 2 * (period - budget) + demands)
+    # the neighbours only ever take the CPU away: never sooner than alone, later at times
+    alone = simulate.periodic(arrivals, demands, budget, period, 5 * MS)
+    assert np.all(done >= alone) and np.any(done > alone)
+
+
+def test_an_earlier_deadline_preempts_at_once():
+    """Ours 50 per 100 ms runs a 40 ms record from 0; at 10 a record of the neighbour's
+    (20 per 50 ms: deadline 50) preempts it, runs 10–20, and ours runs on 20–50."""
+    ours = Server(50 * MS, 100 * MS, arrivals=[0], demands=[40 * MS])
+    neighbour = Server(20 * MS, 50 * MS, arrivals=[10 * MS], demands=[10 * MS])
+    done_ours, done_neighbour = edf([ours, neighbour])
+    assert (done_ours.tolist(), done_neighbour.tolist()) == ([50 * MS], [20 * MS])
