@@ -207,11 +207,10 @@ def explain(samples: pd.DataFrame, spans: pd.DataFrame, threshold_ns: float) -> 
     return pd.DataFrame(rows, columns=columns)
 
 
-def run_explanation(directory, meta: dict, deadline_ms: float | None) -> dict | None:
-    """A traced run's slow records explained: {"summary": one table row, "records": explain()'s
-    table, "spans": the intervals, "samples": the run's received records}; None if the run
-    has no trace or its clock cannot be put on the run's."""
-    from hvbench_analysis import results, stages  # the report's modules, loaded on first use
+def traced(directory, meta: dict) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """A traced run's thread intervals on the run's clock and its received records past the
+    warm-up; None if the run has no trace or its clock cannot be put on the run's."""
+    from hvbench_analysis import results  # the report's module, loaded on first use
 
     trace, tsc = meta.get("trace") or {}, (meta.get("clock") or {}).get("tsc") or {}
     path = Path(directory) / results.SCHED_TRACE
@@ -227,6 +226,20 @@ def run_explanation(directory, meta: dict, deadline_ms: float | None) -> dict | 
     samples = samples[(samples["copies"] > 0) & ~samples["warmup"]]
     if spans.empty or samples.empty or "sent_ns" not in samples:
         return None
+    return spans, samples
+
+
+def run_explanation(directory, meta: dict, deadline_ms: float | None) -> dict | None:
+    """A traced run's slow records explained: {"summary": one table row, "records": explain()'s
+    table, "spans": the intervals, "samples": the run's received records}; None if the run
+    has no trace or its clock cannot be put on the run's."""
+    from hvbench_analysis import stages  # the report's module, loaded on first use
+
+    found = traced(directory, meta)
+    if found is None:
+        return None
+    spans, samples = found
+    trace = meta["trace"]
     threshold = stages.tail_threshold_ns(samples["latency_ns"].to_numpy(), deadline_ms)
     records = explain(samples, spans, threshold)
     return {

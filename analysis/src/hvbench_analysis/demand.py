@@ -1,0 +1,85 @@
+"""What each record asked of the job's CPU, from a traced run (TRACE=1): the simulator's input.
+
+A record is the job's from the moment the previous record left the job's last thread (or from
+its own send, if later) until it is received: the job handles records in order, one after
+another. Within that window, the CPU time the job's threads spent running (`cpu_ns`, summed
+over the threads: two of them may run at once on two CPUs) is its demand; the time any of them
+waited for a CPU (`runnable_ns`) is what the scheduler withheld; the rest of its latency
+(`other_ns`: the Kafka hops, the waits on I/O and timers) is what the CPU did not decide.
+
+    table = record_demands(spans, samples)    # one row per record, in send order
+    lag1 = autocorrelation(table["cpu_ns"])   # are consecutive demands alike?
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hvbench_analysis import sched_trace
+
+COLUMNS = ["detector", "seq", "sent_ns", "received_ns", "latency_ns", "cpu_ns", "runnable_ns",
+           "other_ns"]  # fmt: skip
+
+
+def time_in(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """For each window [lo, hi], how long the disjoint spans [starts, ends] (sorted) cover it."""
+    before = np.concatenate([[0.0], np.cumsum(ends - starts)])
+
+    def covered_until(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(starts, t, side="right")  # spans that start at or before t
+        last = np.maximum(k - 1, 0)
+        inside = np.where(k > 0, np.clip(t - starts[last], 0, ends[last] - starts[last]), 0)
+        return before[last] * (k > 0) + inside
+
+    return np.maximum(covered_until(hi) - covered_until(lo), 0)
+
+
+def windows(samples: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """The records in send order and each one's window [lo, hi] on the run's clock."""
+    records = samples.sort_values("sent_ns", kind="stable").reset_index(drop=True)
+    sent = records["sent_ns"].to_numpy(np.float64)
+    received = records["received_ns"].to_numpy(np.float64)
+    previous = np.maximum.accumulate(np.concatenate([[-np.inf], received[:-1]]))
+    return records, np.maximum(sent, previous), received
+
+
+def state_time(spans: pd.DataFrame, state: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per window, the time the job's threads spent in `state`, summed over the threads."""
+    total = np.zeros(len(lo))
+    for _, thread in spans[spans["state"] == state].groupby("tid"):
+        thread = thread.sort_values("start_ns")
+        starts = thread["start_ns"].to_numpy(np.float64)
+        ends = thread["end_ns"].to_numpy(np.float64)
+        total += time_in(starts, ends, lo, hi)
+    return total
+
+
+def record_demands(spans: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    """One row per record the trace saw whole: its latency split into the job's CPU time,
+    the time a job thread waited for a CPU, and the rest (COLUMNS)."""
+    seen_from, seen_to = spans["start_ns"].min(), spans["end_ns"].max()
+    whole = samples[(samples["sent_ns"] >= seen_from) & (samples["received_ns"] <= seen_to)]
+    records, lo, hi = windows(whole)
+    cpu = state_time(spans, "running", lo, hi)
+    runnable = state_time(spans, "runnable", lo, hi)
+    latency = records["latency_ns"].to_numpy(np.float64)
+    table = records[["detector", "seq", "sent_ns", "received_ns", "latency_ns"]].copy()
+    table["cpu_ns"] = cpu.round().astype(np.int64)
+    table["runnable_ns"] = runnable.round().astype(np.int64)
+    table["other_ns"] = (latency - cpu - runnable).round().astype(np.int64)
+    return table[COLUMNS]
+
+
+def autocorrelation(values, lag: int = 1) -> float:
+    """The correlation of each value with the one `lag` places later (nan if too few)."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) <= lag + 1 or np.std(x[:-lag]) == 0 or np.std(x[lag:]) == 0:
+        return float("nan")
+    return float(np.corrcoef(x[:-lag], x[lag:])[0, 1])
+
+
+def run_demands(directory, meta: dict) -> pd.DataFrame | None:
+    """record_demands of a run's folder; None if it has no trace the report can read."""
+    found = sched_trace.traced(directory, meta)
+    return None if found is None else record_demands(*found)

@@ -1,0 +1,55 @@
+"""Each record's demand from a trace (hvbench_analysis.demand), on spans laid out by hand."""
+
+import math
+
+import numpy as np
+import pandas as pd
+from hvbench_analysis import demand
+
+
+def test_time_in_counts_the_spans_within_each_window():
+    starts, ends = np.array([0.0, 5.0]), np.array([2.0, 8.0])
+    lo, hi = np.array([1.0, -5.0, 2.0, 3.0]), np.array([6.0, 100.0, 5.0, 3.0])
+    assert demand.time_in(starts, ends, lo, hi).tolist() == [2.0, 5.0, 0.0, 0.0]
+
+
+def spans(rows) -> pd.DataFrame:
+    return pd.DataFrame(
+        [(tid, f"t{tid}", state, a, b) for tid, state, a, b in rows],
+        columns=["tid", "comm", "state", "start_ns", "end_ns"],
+    )
+
+
+def test_a_records_cpu_time_is_its_threads_running_time_after_the_previous_record_left():
+    """Record 0 is sent at 0 and received at 10, record 1 sent at 5 and received at 30: record
+    1 is the job's from 10. Thread 1 runs 1–4 and 12–15 and waits for a CPU 15–18; thread 2
+    runs 6–9 and 20–22 (blocked otherwise, which the trace sees from 0 to 40)."""
+    traced = spans([
+        (1, "running", 1, 4), (1, "blocked", 4, 12), (1, "running", 12, 15),
+        (1, "runnable", 15, 18), (1, "blocked", 18, 40),
+        (2, "blocked", 0, 6), (2, "running", 6, 9), (2, "blocked", 9, 20),
+        (2, "running", 20, 22), (2, "blocked", 22, 40),
+    ])  # fmt: skip
+    samples = pd.DataFrame(
+        {"detector": ["a", "b"], "seq": [0, 0], "sent_ns": [0, 5], "received_ns": [10, 30],
+         "latency_ns": [10, 25]}
+    )  # fmt: skip
+    table = demand.record_demands(traced, samples)
+    assert table["cpu_ns"].tolist() == [6, 5]
+    assert table["runnable_ns"].tolist() == [0, 3]
+    assert table["other_ns"].tolist() == [4, 17]
+
+
+def test_records_the_trace_did_not_see_whole_are_left_out():
+    traced = spans([(1, "running", 10, 20)])
+    samples = pd.DataFrame(
+        {"detector": ["a", "b"], "seq": [0, 1], "sent_ns": [5, 12], "received_ns": [15, 18],
+         "latency_ns": [10, 6]}
+    )  # fmt: skip
+    assert demand.record_demands(traced, samples)["seq"].tolist() == [1]
+
+
+def test_autocorrelation_of_alike_and_alternating_demands():
+    assert demand.autocorrelation([1, 2, 3, 4, 5, 6]) > 0.99
+    assert demand.autocorrelation([1, 5, 1, 5, 1, 5]) < -0.99
+    assert math.isnan(demand.autocorrelation([3, 3, 3, 3]))
