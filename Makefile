@@ -66,7 +66,7 @@ REPORT_OUT     = $(if $(CAMPAIGN),$(OUT)/$(basename $(notdir $(CAMPAIGN))),$(OUT
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
 .PHONY: help venv java browser rt-tools iptables sshd controller-tools testbed-tools kafka flink-connector data train workload-inputs run campaign \
-	campaign-check check rerun account report model advise provision teardown sched vcpu-sched xen-sched agent-wheel guest-bundle xen-hypervisor lock lint test test-testbed test-two-hosts bench clean
+	campaign-check check rerun account report model predict advise provision teardown sched vcpu-sched xen-sched agent-wheel guest-bundle xen-hypervisor lock lint test test-testbed test-two-hosts bench clean
 help: ## this list
 	@sed -n 's/^\([a-z-]*\)\( [a-z-]*\)*:.*## \(.*\)/make \1\2\t\3/p' Makefile | expand -t 28
 	@echo && $(SPEC) help
@@ -128,7 +128,6 @@ $(AGENT_WHEEL): $(STAMP) $(AGENT_SOURCES)
 xen-hypervisor: $(XEN_DIR)/xen-rtds.gz ## the Xen hypervisor with RTDS from Debian's source, in build/xen[-XEN_SUITE]
 $(XEN_DIR)/xen-rtds.gz: scripts/xen-hypervisor roles/xen_host/files/build-xen-hypervisor $(wildcard roles/xen_host/files/xen-patches/*)
 	scripts/xen-hypervisor $(XEN_DIR) $(XEN_SUITE)
-# hvbench provision checks TARGET and XEN_BUILD, then asks make for what the hosts need.
 provision: $(STAMP) ## HOST=host TARGET=kvm|xen (or INVENTORY=) [XEN_BUILD=host | XEN_SUITE=trixie]: make a bare host a testbed
 	$(HVBENCH) provision $(WHERE) --guest-bundle $(GUEST_BUNDLE) --xen-build $(XEN_BUILD) --xen-dir $(XEN_DIR) --xen-suite '$(XEN_SUITE)'
 teardown: $(STAMP) ## remove the guests (HOST= TARGET= or INVENTORY=) [PURGE=1: all make provision set too, then reboot]
@@ -143,6 +142,7 @@ report: $(STAMP) ## figures and tables into OUT=report [RUNS=a,rtds-* REF=sched=
 	$(HVBENCH) report --results $(REPORT_RESULTS) --out $(REPORT_OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))$(if $(filter 1,$(INCLUDE_FAILED)), --include-failed)
 model: $(STAMP) ## CAMPAIGN=... [RUNS=]: fit the performance model (mean … max from the settings), held-out errors
 	$(HVBENCH) model fit --results $(REPORT_RESULTS)$(if $(RUNS), --runs '$(RUNS)')
+predict: $(STAMP) ; $(HVBENCH) predict --run $(RUN) --sched $(SCHED)$(if $(BUDGET), --budget $(BUDGET))$(if $(PERIOD), --period $(PERIOD))$(if $(CAP), --cap $(CAP))$(if $(EXTRATIME), --extratime $(EXTRATIME))$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS)) ## RUN=results/<traced run> SCHED= BUDGET= [PERIOD CAP EXTRATIME DEADLINE_MS]: the setting's latencies predicted before measuring
 advise: $(STAMP) ## CAMPAIGN=... SCHED= SLO='p99<=20' [RATE PERIOD NOISE KNOB VERIFY=1]: the smallest budget predicted to meet the SLO
 	$(HVBENCH) advise --fit $(REPORT_RESULTS)/model --sched $(SCHED) --slo '$(SLO)'$(if $(RATE), --rate $(RATE))$(if $(PERIOD), --period $(PERIOD))$(if $(NOISE), --noise '$(NOISE)')$(if $(KNOB), --knob $(KNOB))$(if $(filter 1,$(VERIFY)), --verify)
 test: lint kafka flink-connector browser rt-tools iptables sshd ## lint, unit tests and the real Kafka + Flink integration (budget 8 min, docs/testing.md)

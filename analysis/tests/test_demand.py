@@ -38,6 +38,8 @@ def test_a_records_cpu_time_is_its_threads_running_time_after_the_previous_recor
     assert table["cpu_ns"].tolist() == [6, 5]
     assert table["runnable_ns"].tolist() == [0, 3]
     assert table["other_ns"].tolist() == [4, 17]
+    assert table["from_ns"].tolist() == [0, 10]
+    assert (table["cpu_ns:1"].tolist(), table["cpu_ns:2"].tolist()) == ([3, 3], [3, 2])
 
 
 def test_records_the_trace_did_not_see_whole_are_left_out():

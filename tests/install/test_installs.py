@@ -148,7 +148,7 @@ def test_the_report_installs_without_the_job(tmp_path, wheels):
 def test_a_controller_for_testbeds_has_every_verb_and_no_pyflink(tmp_path, wheels):
     bin_dir = install(tmp_path / "venv", wheels, "hvbench-harness")
     assert importable(bin_dir, *HEAVY) == dict.fromkeys(HEAVY, False)
-    verbs = ["run", "campaign", "rerun", "check", "sched", "report", "model", "advise"]
+    verbs = ["run", "campaign", "rerun", "check", "sched", "report", "model", "advise", "predict"]
     for verb in [*verbs, "provision", "teardown"]:
         assert "usage:" in run(bin_dir, "hvbench", verb, "--help").stdout, verb
     assert run(bin_dir, "hvbench", "--version").stdout.startswith("hvbench ")

@@ -2,8 +2,9 @@
 
 A record is the job's from the moment the previous record left the job's last thread (or from
 its own send, if later) until it is received: the job handles records in order, one after
-another. Within that window, the CPU time the job's threads spent running (`cpu_ns`, summed
-over the threads: two of them may run at once on two CPUs) is its demand; the time any of them
+another (`from_ns`: where its window starts). Within that window, the CPU time the job's
+threads spent running (`cpu_ns`, summed over the threads: two of them may run at once on two
+CPUs; each thread's own in `cpu_ns:<thread id>`) is its demand; the time any of them
 waited for a CPU (`runnable_ns`) is what the scheduler withheld; the rest of its latency
 (`other_ns`: the Kafka hops, the waits on I/O and timers) is what the CPU did not decide.
 
@@ -18,8 +19,9 @@ import pandas as pd
 
 from hvbench_analysis import sched_trace
 
-COLUMNS = ["detector", "seq", "sent_ns", "received_ns", "latency_ns", "cpu_ns", "runnable_ns",
-           "other_ns"]  # fmt: skip
+COLUMNS = ["detector", "seq", "sent_ns", "received_ns", "latency_ns", "from_ns", "cpu_ns",
+           "runnable_ns", "other_ns"]  # fmt: skip
+THREAD_CPU = "cpu_ns:"  # + a thread's id: that thread's running time in the window
 
 
 def time_in(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -44,31 +46,38 @@ def windows(samples: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray
     return records, np.maximum(sent, previous), received
 
 
-def state_time(spans: pd.DataFrame, state: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per window, the time the job's threads spent in `state`, summed over the threads."""
-    total = np.zeros(len(lo))
-    for _, thread in spans[spans["state"] == state].groupby("tid"):
+def state_time(
+    spans: pd.DataFrame, state: str, lo: np.ndarray, hi: np.ndarray
+) -> dict[int, np.ndarray]:
+    """Per thread id, the time it spent in `state` within each window."""
+    found = {}
+    for tid, thread in spans[spans["state"] == state].groupby("tid"):
         thread = thread.sort_values("start_ns")
         starts = thread["start_ns"].to_numpy(np.float64)
         ends = thread["end_ns"].to_numpy(np.float64)
-        total += time_in(starts, ends, lo, hi)
-    return total
+        found[int(tid)] = time_in(starts, ends, lo, hi)
+    return found
 
 
 def record_demands(spans: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     """One row per record the trace saw whole: its latency split into the job's CPU time,
-    the time a job thread waited for a CPU, and the rest (COLUMNS)."""
+    the time a job thread waited for a CPU, and the rest (COLUMNS), and each thread's CPU time
+    (THREAD_CPU)."""
     seen_from, seen_to = spans["start_ns"].min(), spans["end_ns"].max()
     whole = samples[(samples["sent_ns"] >= seen_from) & (samples["received_ns"] <= seen_to)]
     records, lo, hi = windows(whole)
-    cpu = state_time(spans, "running", lo, hi)
-    runnable = state_time(spans, "runnable", lo, hi)
+    per_thread = state_time(spans, "running", lo, hi)
+    cpu = sum(per_thread.values(), np.zeros(len(lo)))
+    runnable = sum(state_time(spans, "runnable", lo, hi).values(), np.zeros(len(lo)))
     latency = records["latency_ns"].to_numpy(np.float64)
     table = records[["detector", "seq", "sent_ns", "received_ns", "latency_ns"]].copy()
+    table["from_ns"] = lo.round().astype(np.int64)
     table["cpu_ns"] = cpu.round().astype(np.int64)
     table["runnable_ns"] = runnable.round().astype(np.int64)
     table["other_ns"] = (latency - cpu - runnable).round().astype(np.int64)
-    return table[COLUMNS]
+    for tid, time in sorted(per_thread.items()):
+        table[f"{THREAD_CPU}{tid}"] = time.round().astype(np.int64)
+    return table[COLUMNS + [f"{THREAD_CPU}{tid}" for tid in sorted(per_thread)]]
 
 
 def autocorrelation(values, lag: int = 1) -> float:

@@ -38,6 +38,7 @@ MODULE_VERBS = {
     "report": ("hvbench_analysis.report", "figures and tables from results"),
     "model": ("hvbench_analysis.model", "fit a performance model to runs and validate it"),
     "advise": ("hvbench_harness.advise", "the smallest budget a model predicts meets an SLO"),
+    "predict": ("hvbench_harness.predict", "a setting's latencies predicted from a traced run"),
 }
 PLAYBOOK_VERBS = {
     "check": "is this machine, or a testbed, ready to measure on?",

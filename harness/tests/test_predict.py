@@ -1,0 +1,65 @@
+"""A setting's latencies predicted from a traced run's demands (hvbench_analysis.predict), on
+records laid out by hand."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hvbench_agent.sched import Refused, validate
+from hvbench_analysis.synthetic import write_run
+from hvbench_harness import predict
+
+MS = 1_000_000
+
+
+def records() -> pd.DataFrame:
+    """Two records 100 ms apart, each 30 ms of CPU (20 on thread 1, 10 on thread 2), 35 ms of
+    latency measured unconstrained."""
+    return pd.DataFrame(
+        {"detector": ["a", "a"], "seq": [0, 1], "sent_ns": [0, 100 * MS],
+         "received_ns": [35 * MS, 135 * MS], "latency_ns": [35 * MS, 35 * MS],
+         "from_ns": [1 * MS, 101 * MS], "cpu_ns": [30 * MS, 30 * MS],
+         "cpu_ns:1": [20 * MS, 20 * MS], "cpu_ns:2": [10 * MS, 10 * MS]}
+    )  # fmt: skip
+
+
+def test_no_reservation_predicts_what_was_measured():
+    out = predict.predicted(records(), "bare", validate("linux", "none"))
+    assert out["latency_ns"].tolist() == [35 * MS, 35 * MS]
+
+
+def test_a_quota_below_the_demand_adds_the_wait_for_the_next_period():
+    # 20 ms per 100 ms for the threads together: 30 ms of CPU from 1 ms runs 1–21 (period
+    # 0–100), waits for 100, runs 100–110: done at 110 instead of 31, 79 ms more
+    setting = validate("linux", "cfs-quota", budget_us=20_000, period_us=100_000)
+    out = predict.predicted(records().iloc[:1], "bare", setting)
+    assert out["latency_ns"].tolist() == [(35 + 79) * MS]
+
+
+def test_sched_deadline_on_each_thread_adds_each_threads_delay():
+    # 15 ms per 100 ms on each thread: thread 1's 20 ms wait for its deadline (85 ms more),
+    # thread 2's 10 ms fit; the threads in series: 85 ms more
+    setting = validate("linux", "deadline", budget_us=15_000, period_us=100_000)
+    out = predict.predicted(records().iloc[:1], "bare", setting)
+    assert out["latency_ns"].tolist() == [(35 + 85) * MS]
+
+
+def test_statistics_and_the_share_over_the_deadline():
+    row = predict.statistics([10 * MS, 20 * MS, 30 * MS, 40 * MS], deadline_ms=25)
+    assert row["max"] == 40.0 and row["p50"] == 25.0 and row["over 25 ms (%)"] == 50.0
+
+
+def test_a_cap_over_one_cpu_is_refused_with_the_reason():
+    with pytest.raises(Refused, match="several vCPUs"):
+        predict.server(validate("xen", "credit", cap=153))
+
+
+def test_a_run_without_a_trace_is_refused_saying_how_to_make_one(tmp_path, capsys):
+    write_run(tmp_path / "r0", np.full(20, 2 * MS))
+    args = ["--run", str(tmp_path / "r0"), "--sched", "deadline", "--budget", "20000"]
+    assert predict.main(args) == 1
+    assert "has no trace to read (make run TRACE=1)" in capsys.readouterr().err
+
+
+def test_a_bad_setting_is_refused_before_anything_is_simulated():
+    with pytest.raises(Refused, match="unknown SCHED"):
+        predict.settings(predict.parse_args(["--run", "x", "--sched", "dedline"]), "bare")
