@@ -63,3 +63,9 @@ def test_a_run_without_a_trace_is_refused_saying_how_to_make_one(tmp_path, capsy
 def test_a_bad_setting_is_refused_before_anything_is_simulated():
     with pytest.raises(Refused, match="unknown SCHED"):
         predict.settings(predict.parse_args(["--run", "x", "--sched", "dedline"]), "bare")
+
+
+def test_a_grid_with_one_output_file_is_refused(capsys):
+    args = ["--run", "x", "--sched", "deadline", "--budgets", "1000,2000", "--out", "p.csv"]
+    assert predict.main(args) == 2
+    assert "--out takes one setting" in capsys.readouterr().err

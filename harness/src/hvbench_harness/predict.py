@@ -115,6 +115,9 @@ def settings(args: argparse.Namespace, target: str) -> list:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.out and args.budgets:
+        print("hvbench predict: --out takes one setting, not a grid (--budgets)", file=sys.stderr)
+        return 2
     run = Path(args.run)
     try:
         meta = json.loads((run / "meta.json").read_text())
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(table)} records of {run.name} (lag-1 autocorrelation of their CPU time "
           f"{demand.autocorrelation(table['cpu_ns']):.2f}); predicted, in ms:")  # fmt: skip
     print(pd.DataFrame(rows).to_string(index=False))
-    if args.out and len(chosen) == 1:
+    if args.out:
         records.to_csv(args.out, index=False)
     return 0
 
