@@ -29,6 +29,7 @@ import gc
 import json
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from hvbench_job.records import INTEGER_LIMIT
 import tsc_timer
 from hvbench_load.live import LiveLatency
 from hvbench_load.producers import per_detector_counts
+from hvbench_load.stopping import stop_on_sigterm
 
 # librdkafka consumer settings, chosen for latency and recorded in meta.json.
 CONSUMER_CONFIG = {
@@ -264,14 +266,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tsc_timer.adopt(json.loads(Path(args.calibration).read_text()))
-    stopping = False
-
-    def stop(*_):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = threading.Event()
+    stop_on_sigterm(stopping, signal.SIGINT)
     # the first pair's consumer also keeps the dead letters
     topics = [clients.output_topic(args.client, args.output_topic)]
     topics += [args.dead_letter_topic] if args.client == 0 else []
@@ -284,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     # only delay a receipt stamp.
     gc.disable()
     last_report = time.monotonic()
-    while not stopping and len(receiver.distinct) < receiver.expected:
+    while not stopping.is_set() and len(receiver.distinct) < receiver.expected:
         receiver.poll(0.1)
         if time.monotonic() - last_report >= 1.0:
             last_report = time.monotonic()

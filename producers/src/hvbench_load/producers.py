@@ -51,7 +51,6 @@ import csv
 import gc
 import json
 import math
-import signal
 import sys
 import threading
 import time
@@ -66,6 +65,7 @@ from hvbench_job.forecast import LOOKBACK
 from hvbench_job.networks import Network
 
 import tsc_timer
+from hvbench_load.stopping import stop_on_sigterm
 
 # librdkafka producer settings, chosen for latency and recorded in meta.json.
 PRODUCER_CONFIG = {
@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"need 0 <= --client < --clients <= groups ({groups})")
     windows = load_windows(args.data, args.network)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop_on_sigterm(stop)
     if args.malformed:
         out = Path(args.malformed_out or Path(args.out).with_name("malformed.jsonl"))
         send_malformed(args.bootstrap, args.topic, args.run_id, args.malformed, out)

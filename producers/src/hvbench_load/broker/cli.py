@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import signal
 import sys
 import threading
 
@@ -19,6 +18,7 @@ from hvbench_load.broker.node import (
     Quorum,
     free_ports,
 )
+from hvbench_load.stopping import stop_on_sigterm
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(free_ports(args.host, args.free_ports)))
         return 0
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop_on_sigterm(stop)
     try:
         broker = node(args)
     except BrokerError as e:
