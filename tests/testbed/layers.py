@@ -55,6 +55,10 @@ REPORT: list[str] = []  # what each module did with its layer, for the tier's su
 # a file written once a module's host is past its provisions (restored from its layer, or its
 # layer just completed): tier.py starts the slow tier beside the rest of the module
 READY = os.environ.get("HVBENCH_TESTBED_READY", "")
+# a file that exists once the tier's first lane has ended: a module started beside it waits for
+# it before a first provision (two side by side outlasted their timeouts); unset: no wait
+TURN = os.environ.get("HVBENCH_TESTBED_TURN", "")
+TURN_POLL_S = 5
 
 
 def files_digest(paths: list[str]) -> str:
@@ -116,6 +120,17 @@ class Layer:
         if FRESH or not self.record.exists():
             return False
         return json.loads(self.record.read_text()).get("complete", False)
+
+    def to_restore(self) -> Path | None:
+        """The folder to restore the host VM from on a hit; on a miss None, once a first
+        provision may run here (TURN)."""
+        if self.hit():
+            return self.restore_from()
+        if TURN and not Path(TURN).exists():
+            print(f"\nlayer {self.kind} key {self.key} missed: waiting for the first lane's end")
+            while not Path(TURN).exists():
+                time.sleep(TURN_POLL_S)  # waits for a condition, polled
+        return None
 
     def restore_from(self) -> Path:
         """The folder the host VM restores from; the layer's record is read for its tests."""

@@ -160,3 +160,27 @@ def test_a_completed_layer_and_a_restore_tell_the_tier_that_the_host_is_ready(
     restored = layer(tmp_path / "cache")
     restored.restore_from()
     assert signal.read_text() == f"restored from layer {made.key}"
+
+
+def test_beside_the_first_lane_a_missed_layer_waits_for_its_turn_to_provision(
+    tmp_path, monkeypatch
+):
+    """tier.py starts the Xen module beside the first lane: on a hit it restores at once, on
+    a miss its first provision waits for the first lane's end (the TURN file)."""
+    turn = tmp_path / "first-lane-ended"
+    monkeypatch.setattr(layers, "TURN", str(turn))
+    waited = []
+
+    def first_lane_ends(seconds):  # the poll's sleep: the first lane ends meanwhile
+        waited.append(seconds)
+        turn.touch()
+
+    monkeypatch.setattr(layers.time, "sleep", first_lane_ends)
+    assert layer(tmp_path / "cache").to_restore() is None
+    assert waited == [layers.TURN_POLL_S] and turn.exists()
+    made = layer(tmp_path / "cache")
+    made.save(SavedMachine())
+    made.complete()
+    turn.unlink()
+    assert layer(tmp_path / "cache").to_restore() == made.dir  # a hit: no wait
+    assert len(waited) == 1

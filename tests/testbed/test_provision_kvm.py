@@ -235,7 +235,7 @@ def host(tmp_path_factory, small_model, small_data, image, layer):
     work = tmp_path_factory.mktemp("hostvm")
     bundle = guest_bundle(work, small_model, small_data[0])
     vm = HostVM(image, work, cpus=HOST_VM["cpus"], memory_mb=HOST_VM["memory_mb"])
-    restore = layer.restore_from() if layer.hit() else None
+    restore = layer.to_restore()
     vm.start(restore=restore)
     try:
         if restore:

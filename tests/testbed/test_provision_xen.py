@@ -136,7 +136,7 @@ def host(tmp_path_factory, prebuilt, image, layer):
     vm = HostVM(
         image, work, cpus=HOST_VM["cpus"], memory_mb=HOST_VM["memory_mb"], cpu=HOST_VM["cpu"]
     )
-    vm.start(restore=layer.restore_from() if layer.hit() else None)
+    vm.start(restore=layer.to_restore())
     inventory = work / "inventory"
     inventory.mkdir()
     os.symlink(REPO / "inventory/sample/group_vars", inventory / "group_vars")

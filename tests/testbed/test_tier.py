@@ -1,7 +1,7 @@
-"""make test-testbed's order (tier.py): the modules one after the other, the slow tier beside
-the first whose host is ready (restored, or its layer complete), else after both; every step's
-exit code counts. Stand-in steps: short Python processes that record when they ran (the tier
-itself runs the real ones)."""
+"""make test-testbed's order (tier.py): the slow tier beside the first module whose host is
+ready (restored, or its layer complete), else after both; the Xen module beside the first lane
+once the slow tier has ended, else after it; every step's exit code counts. Stand-in steps:
+short Python processes that record when they ran (the tier itself runs the real ones)."""
 
 import sys
 
@@ -19,6 +19,8 @@ def say(line):
     with log.open("a") as f:
         f.write(line + "\\n")
 say("{name} started")
+if "HVBENCH_TESTBED_TURN" in os.environ:  # a first provision may run: the first lane ended
+    say("{name} turn " + str(os.path.exists(os.environ["HVBENCH_TESTBED_TURN"])))
 if {signal!r}:
     pathlib.Path(os.environ["HVBENCH_TESTBED_READY"]).write_text("key")
 while {wait_for!r} and {wait_for!r} not in log.read_text():
@@ -45,30 +47,32 @@ def steps(monkeypatch, kvm: list, xen: list, slow: list) -> None:
         monkeypatch.setattr(tier, name, step)
 
 
-def test_the_slow_tier_runs_beside_the_first_ready_module(log, monkeypatch, capsys):
-    # the KVM module ends only after the slow tier has ended: they overlap
-    kvm = stand_in(log, "kvm", signal=True, wait_for="slow ended")
+def test_the_slow_tier_then_the_xen_module_run_beside_the_first_lane(log, monkeypatch, capsys):
+    # the KVM module ends only after the Xen module has ended: all overlap
+    kvm = stand_in(log, "kvm", signal=True, wait_for="xen ended")
     steps(monkeypatch, kvm, stand_in(log, "xen", signal=True), stand_in(log, "slow"))
     assert tier.main() == 0
-    assert order(log) == ["kvm started", "slow started", "slow ended", "kvm ended",
-                          "xen started", "xen ended"]  # fmt: skip
-    assert "the slow tier, beside the KVM module" in capsys.readouterr().out
+    assert order(log) == ["kvm started", "slow started", "slow ended", "xen started",
+                          "xen turn False", "xen ended", "kvm ended"]  # fmt: skip
+    out = capsys.readouterr().out
+    assert "the slow tier, beside the KVM modules" in out
+    assert "the Xen module, beside the KVM modules and the other testbed tests, once" in out
 
 
 def test_the_slow_tier_waits_for_a_ready_module(log, monkeypatch, capsys):
     xen = stand_in(log, "xen", signal=True, wait_for="slow ended")
     steps(monkeypatch, stand_in(log, "kvm"), xen, stand_in(log, "slow"))
     assert tier.main() == 0
-    assert order(log) == ["kvm started", "kvm ended", "xen started", "slow started",
-                          "slow ended", "xen ended"]  # fmt: skip
+    assert order(log) == ["kvm started", "kvm ended", "xen started", "xen turn True",
+                          "slow started", "slow ended", "xen ended"]  # fmt: skip
     assert "the slow tier, beside the Xen module" in capsys.readouterr().out
 
 
 def test_without_a_ready_module_the_slow_tier_runs_after_the_modules(log, monkeypatch, capsys):
     steps(monkeypatch, stand_in(log, "kvm"), stand_in(log, "xen"), stand_in(log, "slow"))
     assert tier.main() == 0
-    assert order(log) == ["kvm started", "kvm ended", "xen started", "xen ended",
-                          "slow started", "slow ended"]  # fmt: skip
+    assert order(log) == ["kvm started", "kvm ended", "xen started", "xen turn True",
+                          "xen ended", "slow started", "slow ended"]  # fmt: skip
     out = capsys.readouterr().out
     assert "the slow tier, alone" in out and "it ended with 0" in out
 
@@ -77,12 +81,20 @@ def test_a_failed_step_fails_the_tier(log, monkeypatch):
     steps(monkeypatch, stand_in(log, "kvm", code=2), stand_in(log, "xen"), stand_in(log, "slow"))
     assert tier.main() == 2 and order(log) == ["kvm started", "kvm ended"]  # make's order
     log.unlink()
-    # a module that fails beside the slow tier: the slow tier ends first, its output shown
-    failing = stand_in(log, "kvm", code=1, signal=True, wait_for="slow ended")
-    monkeypatch.setattr(tier, "FIRST", failing)
-    assert tier.main() == 1 and "xen started" not in order(log)
-    assert "slow ended" in order(log)
+    # a module that fails beside the slow tier: the slow tier ends, its output shown
+    monkeypatch.setattr(tier, "FIRST", stand_in(log, "kvm", 1, signal=True, wait_for="slow st"))
+    monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow", wait_for="kvm ended"))
+    assert tier.main() == 1 and "slow ended" in order(log)
     log.unlink()
+    # one that fails beside the Xen module: the Xen module ends, its code counts too
+    monkeypatch.setattr(
+        tier, "FIRST", stand_in(log, "kvm", code=1, signal=True, wait_for="xen ended")
+    )
+    monkeypatch.setattr(tier, "SECOND", stand_in(log, "xen", code=3))
+    monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow"))
+    assert tier.main() == 1 and order(log)[-1] == "kvm ended"
+    log.unlink()
+    monkeypatch.setattr(tier, "SECOND", stand_in(log, "xen"))
     monkeypatch.setattr(tier, "FIRST", stand_in(log, "kvm"))
     monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow", code=5))  # 5: no test collected
     assert tier.main() == 5

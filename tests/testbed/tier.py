@@ -1,17 +1,21 @@
-"""make test-testbed: the testbed modules one after the other, and the slow tier beside the first
-of them whose host is past its provisions (docs/testing.md has the figures).
+"""make test-testbed: the testbed modules in two lanes, and the slow tier (docs/testing.md has
+the figures).
 
-1. The KVM module and the other testbed tests.
-2. The Xen module.
-3. The slow tier (marker `slow`: real campaigns, and a host booted to fail): it starts beside
-   the first module whose host is ready: restored from its layer (layers.py: a hit), or, on a
-   miss, once its layer is complete (the first and second provision passed). From then on the
+1. The KVM modules and the other testbed tests, in the first lane, from the start.
+2. The slow tier (marker `slow`: real campaigns, and a host booted to fail) starts beside the
+   first module whose host is ready: restored from its layer (layers.py: a hit), or, on a miss,
+   once its layer is complete (the first and second provision passed). From then on the
    module's host loads the cores only partly; a host's first provision beside other load
    outlasted its timeouts, so no provision runs beside the slow tier's start.
+3. The Xen module starts in the second lane once the slow tier has ended, beside the rest of
+   the first lane; or after the first lane, if that ends first. Started beside it, on a miss
+   of its layer it waits for the first lane's end before its first provision (layers.TURN):
+   two first provisions side by side outlasted their timeouts.
 
-The modules print as they go; the slow tier's output is kept in a file and printed whole when
-it has ended. Exits non-zero when any step failed (pytest's own codes: a step that collected no
-test fails too); a failed module ends the tier once the slow tier, if started, has ended.
+The first lane prints as it goes; the slow tier's and the Xen module's output is kept in a file
+each and printed whole when it has ended. Exits non-zero when any step failed (pytest's own
+codes: a step that collected no test fails too); a failed first lane ends the tier once what
+was started beside it has ended.
 """
 
 from __future__ import annotations
@@ -40,34 +44,44 @@ def step(name: str, started: float) -> None:
     print(f"=== {name} ({time.monotonic() - started:.0f} s into the tier)", flush=True)
 
 
-class SlowTier:
-    """The slow tier, started once, its output kept in `log`."""
+class Beside:
+    """A step run beside the first lane, started once, its output kept in `log`."""
 
-    def __init__(self, log: Path) -> None:
-        self.log = log
+    def __init__(self, name: str, command: list[str], log: Path, env: dict | None = None):
+        self.name, self.command, self.log, self.env = name, command, log, env
         self.proc: subprocess.Popen | None = None
 
     def start(self, where: str, started: float) -> None:
-        step(f"the slow tier, {where}", started)
+        step(f"{self.name}, {where}", started)
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(SLOW, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self.command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=self.env
+            )
+
+    def ended(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
 
     def wait(self, started: float) -> int:
         code = self.proc.wait()
-        step(f"the slow tier's output (it ended with {code})", started)
+        step(f"{self.name}'s output (it ended with {code})", started)
         sys.stdout.write(self.log.read_text(errors="replace"))
         return code
 
 
-def module(name: str, command: list[str], ready: Path, slow: SlowTier, started: float) -> int:
-    """One testbed module; the slow tier starts beside it once its host is past its
-    provisions, unless it runs already."""
+def first_lane(scratch: Path, slow: Beside, xen: Beside, started: float) -> int:
+    """The KVM modules; the slow tier starts beside them once their host is ready, the Xen
+    module once the slow tier has ended."""
+    name = "the KVM modules and the other testbed tests"
     step(name, started)
-    env = {**os.environ, "HVBENCH_TESTBED_READY": str(ready)}
-    proc = subprocess.Popen(command, cwd=REPO, env=env)
-    while slow.proc is None and proc.poll() is None:
-        if ready.exists():
+    ready = scratch / "ready-kvm"
+    proc = subprocess.Popen(
+        FIRST, cwd=REPO, env={**os.environ, "HVBENCH_TESTBED_READY": str(ready)}
+    )
+    while proc.poll() is None:
+        if slow.proc is None and ready.exists():
             slow.start(f"beside {name}, whose host is ready", started)
+        elif slow.ended() and xen.proc is None:
+            xen.start(f"beside {name}, once the slow tier has ended", started)
         else:
             time.sleep(POLL_S)  # waits for a condition, polled
     return proc.wait()
@@ -76,18 +90,23 @@ def module(name: str, command: list[str], ready: Path, slow: SlowTier, started: 
 def main() -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hvbench-tier-") as scratch:
-        slow = SlowTier(Path(scratch) / "slow.log")
-        codes = []
-        for i, (name, command) in enumerate(
-            [("the KVM module and the other testbed tests", FIRST), ("the Xen module", SECOND)]
-        ):
-            codes.append(module(name, command, Path(scratch) / f"ready-{i}", slow, started))
-            if codes[-1] != 0:
-                break  # make's order: a failed module ends the tier
-        if slow.proc is None and not any(codes):
+        scratch = Path(scratch)
+        turn = scratch / "first-lane-ended"
+        ready = scratch / "ready-xen"
+        env = {**os.environ, "HVBENCH_TESTBED_READY": str(ready), "HVBENCH_TESTBED_TURN": str(turn)}
+        slow = Beside("the slow tier", SLOW, scratch / "slow.log")
+        xen = Beside("the Xen module", SECOND, scratch / "xen.log", env)
+        codes = [first_lane(scratch, slow, xen, started)]
+        turn.touch()
+        if codes[0] == 0 and xen.proc is None:
+            xen.start("after the first lane", started)
+            while slow.proc is None and not xen.ended():
+                if ready.exists():
+                    slow.start("beside the Xen module, whose host is ready", started)
+                time.sleep(POLL_S)  # waits for a condition, polled
+        if codes[0] == 0 and slow.proc is None:
             slow.start("alone, after the modules", started)
-        if slow.proc is not None:
-            codes.append(slow.wait(started))
+        codes += [beside.wait(started) for beside in (slow, xen) if beside.proc is not None]
     step(f"done: exit codes {codes}", started)
     return next((code for code in codes if code != 0), 0)
 
