@@ -88,6 +88,24 @@ def autocorrelation(values, lag: int = 1) -> float:
     return float(np.corrcoef(x[:-lag], x[lag:])[0, 1])
 
 
+def background_share(table: pd.DataFrame, meta: dict) -> float | None:
+    """The CPU the job's JVM used besides the records' windows on the traced threads, as a
+    share of one CPU: its other threads (the compiler, the collector, timers) and the traced
+    ones between records; from the run's CPU time per part (meta.json `cpu_per_part`, while
+    sending), None where the run has none. A CPU quota on the whole JVM pays for it too."""
+    parts = (meta.get("cpu_per_part") or {}).get("parts") or {}
+    window_s = (meta.get("cpu_per_part") or {}).get("window_s")
+    jvm = parts.get(JVM_PART) or {}
+    if not window_s or jvm.get("cpu_s") is None or len(table) < 2:
+        return None
+    span_ns = float(table["received_ns"].max() - table["from_ns"].min())
+    records = float(table["cpu_ns"].sum()) / span_ns if span_ns > 0 else 0.0
+    return max(jvm["cpu_s"] / window_s - records, 0.0)
+
+
+JVM_PART = "flink job"  # the job's JVM in meta.json cpu_per_part (harness/cpu.py)
+
+
 def run_demands(directory, meta: dict) -> pd.DataFrame | None:
     """record_demands of a run's folder; None if it has no trace the report can read."""
     found = sched_trace.traced(directory, meta)

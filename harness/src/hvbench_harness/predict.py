@@ -3,21 +3,8 @@
     hvbench predict --run results/<traced run> --sched deadline --budget 20000 --period 100000
     hvbench predict --run ... --sched cfs-quota --budgets 5000,10000,20000,40000
 
-The traced run (TRACE=1, unconstrained: SCHED=none is best) gives each record's arrival at the
-job, its CPU time on each job thread and its latency (hvbench_analysis.demand). The setting's
-server replays the records (hvbench_analysis.simulate) and so does no reservation; each record's
-predicted latency is its measured one plus what the setting's server adds over none. What the
-CPU did not decide (the Kafka hops, the waits) stays as measured, record by record, with its
-correlations.
-
-The server of each setting (docs/simulate.md):
-- bare: deadline, one constant bandwidth server per job thread (as the harness applies it);
-  the threads in series, so their delays add up; cfs-quota, one periodic server for the
-  job's threads together (their cgroup's quota);
-- kvm (the real-time VM's vCPU): cfs, a periodic server; deadline, one constant bandwidth
-  server; fifo, none (its CPU alone);
-- xen: rtds, a periodic server (with extratime, alone in its pool: none); credit and credit2,
-  the cap of a one-vCPU domain alone in its pool (no cap: none).
+The traced run (TRACE=1, unconstrained: SCHED=none is best) is replayed through the setting's
+server (hvbench_analysis.prediction has how, docs/simulate.md the models' sources).
 """
 
 from __future__ import annotations
@@ -27,64 +14,21 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, validate
-from hvbench_analysis import demand, simulate
-
-US = 1_000
-QUANTILES = {"p50": 50, "p90": 90, "p99": 99, "p99.9": 99.9, "max": 100}
+from hvbench_analysis import demand, prediction
 
 
-def server(setting):
-    """The simulator's function for a validated setting: (arrivals, demands) → done times."""
-    sched = setting.sched
-    if sched in ("none", "fifo") or (sched == "rtds" and setting.extratime):
-        return simulate.unconstrained
-    if sched in ("cfs-quota", "cfs", "rtds"):
-        budget, period = setting.budget_us * US, setting.period_us * US
-        return lambda a, c: simulate.periodic(a, c, budget, period)
-    if sched == "deadline":
-        budget, period = setting.budget_us * US, setting.period_us * US
-        return lambda a, c: simulate.cbs(a, c, budget, period)
-    if not setting.cap:
-        return simulate.unconstrained
-    if setting.cap > 100:
-        raise Refused(f"CAP={setting.cap}: a cap over one CPU needs several vCPUs, not modelled")
-    if sched == "credit":
-        tslice = (setting.tslice_us or 30_000) * US
-        return lambda a, c: simulate.credit_cap(a, c, setting.cap, tslice)
-    return lambda a, c: simulate.credit2_cap(a, c, setting.cap)
+def reservation(setting) -> dict:
+    """A validated setting's reservation, as hvbench_analysis.prediction takes it."""
+    return {"budget_us": setting.budget_us, "period_us": setting.period_us, "cap": setting.cap,
+            "extratime": setting.extratime, "tslice_us": setting.tslice_us}  # fmt: skip
 
 
-def added_delay(table: pd.DataFrame, target: str, setting) -> np.ndarray:
-    """Per record, what the setting's server adds over no reservation (ns)."""
-    arrivals = table["from_ns"].to_numpy(np.int64)
-    per_thread = target == "bare" and setting.sched == "deadline"
-    columns = [c for c in table if c.startswith(demand.THREAD_CPU)] if per_thread else ["cpu_ns"]
-    serve = server(setting)
-    delay = np.zeros(len(table), dtype=np.int64)
-    for column in columns:
-        demands = table[column].to_numpy(np.int64)
-        delay += serve(arrivals, demands) - simulate.unconstrained(arrivals, demands)
-    return delay
-
-
-def predicted(table: pd.DataFrame, target: str, setting) -> pd.DataFrame:
-    """The records with their predicted latencies, in a run's samples' form."""
-    out = table[["detector", "seq", "sent_ns"]].copy()
-    out["latency_ns"] = table["latency_ns"].to_numpy(np.int64) + added_delay(table, target, setting)
-    out["received_ns"] = out["sent_ns"] + out["latency_ns"]
-    return out
-
-
-def statistics(latency_ns: np.ndarray, deadline_ms: float | None) -> dict:
-    """p50 … max in ms, and the share over the deadline (%)."""
-    ms = np.asarray(latency_ns, dtype=np.float64) / 1e6
-    row = {name: round(float(np.percentile(ms, q)), 3) for name, q in QUANTILES.items()}
-    if deadline_ms is not None:
-        row[f"over {deadline_ms:g} ms (%)"] = round(100 * float(np.mean(ms > deadline_ms)), 3)
-    return row
+def predicted(table: pd.DataFrame, target: str, setting, background: float = 0.0) -> pd.DataFrame:
+    """The records' predicted latencies under a validated setting (background: the share of
+    a CPU the job's JVM used besides the records, demand.background_share)."""
+    return prediction.predicted(table, target, setting.sched, [reservation(setting)], background)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -129,18 +73,21 @@ def main(argv: list[str] | None = None) -> int:
     if table is None or table.empty:
         print(f"hvbench predict: {run} has no trace to read (make run TRACE=1)", file=sys.stderr)
         return 1
+    background = demand.background_share(table, meta) or 0.0
     try:
         chosen = settings(args, target)
         rows = []
         for setting in chosen:
-            records = predicted(table, target, setting)
+            records = predicted(table, target, setting, background)
             text = " ".join(f"{k}={v}" for k, v in setting.describe().items())
-            rows.append({"setting": text, **statistics(records["latency_ns"], args.deadline_ms)})
-    except (Refused, ValueError) as e:
+            stats = prediction.statistics(records["latency_ns"], args.deadline_ms)
+            rows.append({"setting": text, **stats})
+    except (Refused, ValueError) as e:  # NotModelled is a ValueError
         print(f"hvbench predict: {e}", file=sys.stderr)
         return 1
     print(f"{len(table)} records of {run.name} (lag-1 autocorrelation of their CPU time "
-          f"{demand.autocorrelation(table['cpu_ns']):.2f}); predicted, in ms:")  # fmt: skip
+          f"{demand.autocorrelation(table['cpu_ns']):.2f}; the JVM's other work "
+          f"{background:.1%} of a CPU); predicted, in ms:")  # fmt: skip
     print(pd.DataFrame(rows).to_string(index=False))
     if args.out:
         records.to_csv(args.out, index=False)

@@ -43,6 +43,7 @@ from hvbench_analysis.report.latency import (
 from hvbench_analysis.report.model import model_section
 from hvbench_analysis.report.overview import intro_section, left_out_section, runs_section
 from hvbench_analysis.report.page import OutDirs, Page
+from hvbench_analysis.report.simulated import simulated_section
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,6 +84,7 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     intended_section(page, measured, dirs)
     stage_section(page, measured, args, dirs)
     explain_section(page, runs, args, dirs)
+    simulated_section(page, runs, args, dirs)
     noise_floor_section(page, runs, dirs)
     model_section(page, results, dirs)
     repetition_sections(page, measured, args, dirs)

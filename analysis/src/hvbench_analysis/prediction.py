@@ -1,0 +1,137 @@
+"""A setting's latencies predicted from one traced reference run (docs/simulate.md).
+
+The reference (TRACE=1, no reservation) gives each record's window start at the job, its CPU
+time on each job thread and its latency (demand.record_demands). A setting's server replays the
+records (simulate.py) and so does no reservation; each record's predicted latency is its
+measured one plus what the server adds over none. What the CPU did not decide (the Kafka hops,
+the waits) stays as measured, record by record, with its correlations.
+
+A setting is the scheduler's name and its reservations: one dict per thread or vCPU, as
+bounds.read_back reads them back (budget_us, period_us, extratime, cap; tslice_us for
+Credit), or one for all. The server of each (target, scheduler):
+- bare: deadline, one constant bandwidth server per job thread, the threads in series (their
+  delays add up); cfs-quota, one periodic server for the job's threads together, its budget
+  less the share of each period the JVM's other work takes (`background`, a share of a CPU:
+  demand.background_share; the quota holds the whole JVM);
+- kvm (the real-time VM's vCPU): cfs, a periodic server; deadline, one constant bandwidth
+  server; fifo, none (its CPU alone);
+- xen: rtds, a periodic server (with extratime, alone in its pool: none); credit and credit2,
+  the cap of a one-vCPU domain alone in its pool (no cap: none).
+
+    late = predicted(table, "bare", "deadline", [{"budget_us": 5000, "period_us": 100000}])
+    late = predicted(table, "bare", "cfs-quota", [{...}], demand.background_share(table, meta))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from hvbench_analysis import demand, simulate
+from hvbench_analysis.stats import percentile
+
+US = 1_000
+QUANTILES = {"p50": 50, "p90": 90, "p99": 99, "p99.9": 99.9, "max": 100}
+# The schedulers a reservation is modelled for, by target (the others: NotModelled).
+MODELLED = {
+    "bare": ("none", "deadline", "cfs-quota"),
+    "kvm": ("none", "fifo", "cfs", "deadline"),
+    "xen": ("rtds", "credit", "credit2"),
+}
+Server = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+class NotModelled(ValueError):
+    """A setting the simulator has no model for, with the reason."""
+
+
+def server(sched: str, reservation: dict) -> Server:
+    """The simulator's function for one thread's or vCPU's reservation: (arrivals, demands)
+    → done times (ns)."""
+    budget, period = reservation.get("budget_us"), reservation.get("period_us")
+    cap = reservation.get("cap")
+    if sched in ("none", "fifo") or (sched == "rtds" and reservation.get("extratime")):
+        return simulate.unconstrained
+    if sched in ("cfs-quota", "cfs", "rtds", "deadline"):
+        if budget is None or budget < 0:  # cpu.max "max": no quota
+            return simulate.unconstrained
+        b, p = round(budget * US), round(period * US)
+        if sched == "deadline":
+            return lambda a, c: simulate.cbs(a, c, b, p)
+        return lambda a, c: simulate.periodic(a, c, b, p)
+    if sched not in ("credit", "credit2"):
+        raise NotModelled(f"SCHED={sched} has no model in the simulator")
+    if not cap:
+        return simulate.unconstrained
+    if cap > 100:
+        raise NotModelled(f"CAP={cap:g}: a cap over one CPU needs several vCPUs, not modelled")
+    if sched == "credit":
+        tslice = round((reservation.get("tslice_us") or 30_000) * US)
+        return lambda a, c: simulate.credit_cap(a, c, int(cap), tslice)
+    return lambda a, c: simulate.credit2_cap(a, c, int(cap))
+
+
+def less_background(reservations: list[dict], background: float) -> list[dict]:
+    """The quota left to the records once the JVM's other work has taken its share."""
+    left = []
+    for r in reservations:
+        budget, period = r.get("budget_us"), r.get("period_us")
+        if budget is None or budget < 0 or not background:
+            left.append(r)
+            continue
+        rest = budget - background * period
+        if rest < 1:
+            raise NotModelled(
+                f"the JVM's other work ({background:.1%} of a CPU) takes the whole quota of "
+                f"{budget:g} µs per {period:g} µs"
+            )
+        left.append({**r, "budget_us": rest})
+    return left
+
+
+def added_delay(
+    table: pd.DataFrame, target: str, sched: str, reservations: list[dict], background=0.0
+) -> np.ndarray:
+    """Per record, what the setting's servers add over no reservation (ns)."""
+    if sched not in MODELLED.get(target, ()):
+        raise NotModelled(f"SCHED={sched} on {target} has no model in the simulator")
+    if not reservations:
+        raise NotModelled(f"SCHED={sched} on {target}: no reservation to simulate")
+    if target == "bare" and sched == "cfs-quota":
+        reservations = less_background(reservations, background or 0.0)
+    arrivals = table["from_ns"].to_numpy(np.int64)
+    if target == "bare" and sched == "deadline":
+        columns = [c for c in table if c.startswith(demand.THREAD_CPU)]
+    else:
+        columns = ["cpu_ns"]
+    # the harness gives every job thread the same reservation: the first stands for all
+    same = len(reservations) != len(columns)
+    delay = np.zeros(len(table), dtype=np.int64)
+    for i, column in enumerate(columns):
+        serve = server(sched, reservations[0 if same else i])
+        demands = table[column].to_numpy(np.int64)
+        delay += serve(arrivals, demands) - simulate.unconstrained(arrivals, demands)
+    return delay
+
+
+def predicted(
+    table: pd.DataFrame, target: str, sched: str, reservations: list[dict], background=0.0
+) -> pd.DataFrame:
+    """The reference's records with their predicted latencies, in a run's samples' form."""
+    out = table[["detector", "seq", "sent_ns"]].copy()
+    late = added_delay(table, target, sched, reservations, background)
+    out["latency_ns"] = table["latency_ns"].to_numpy(np.int64) + late
+    out["received_ns"] = out["sent_ns"] + out["latency_ns"]
+    return out
+
+
+def statistics(latency_ns, deadline_ms: float | None = None) -> dict:
+    """p50 … max in ms, and the share over the deadline (%)."""
+    ms = np.asarray(latency_ns, dtype=np.float64) / 1e6
+    found = percentile(ms, list(QUANTILES.values()))
+    row = {name: round(float(v), 3) for name, v in zip(QUANTILES, found, strict=True)}
+    if deadline_ms is not None:
+        row[f"over {deadline_ms:g} ms (%)"] = round(100 * float(np.mean(ms > deadline_ms)), 3)
+    return row

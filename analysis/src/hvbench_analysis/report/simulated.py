@@ -1,0 +1,164 @@
+"""Measured beside the scheduler model: each configuration whose workload has a traced
+reference run (TRACE=1, SCHED=none) is simulated under its setting as read back
+(hvbench_analysis.prediction) and set beside what was measured, with a flag where the measured
+tail is beyond the simulated one's interval: not explained by the scheduler model."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hvbench_analysis import bounds, demand, figures, prediction, results
+from hvbench_analysis.labels import config_label
+from hvbench_analysis.load import Runs
+from hvbench_analysis.report.page import OutDirs, Page, safe_name, table_with_note
+from hvbench_analysis.stats import percentile
+from hvbench_analysis.tables import by_config
+
+# What a reference must share with a configuration: everything but the scheduler's setting.
+WORKLOAD = ("target", "hypervisor", "rate", "network", "load", "scale", "noise", "noise_cpus",
+            "job_cpus", "power")  # fmt: skip
+# The simulated statistics' interval: the reference in this many consecutive blocks, each
+# simulated alone (consecutive records are kept together: their demands are correlated).
+BLOCKS = 5
+TAIL = {"p99": 99, "max": 100}
+NOT_EXPLAINED = "not explained by the scheduler model"
+BELOW = "below the model"
+
+
+def workload(tags) -> tuple:
+    return tuple(str(tags[name]) for name in WORKLOAD)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A traced run without a reservation: its demand table and the JVM's other work."""
+
+    run_id: str
+    table: pd.DataFrame
+    background: float
+
+    def predicted(self, table: pd.DataFrame, tags: dict, found: list[dict]) -> np.ndarray:
+        target, sched = str(tags["target"]), str(tags["sched"])
+        late = prediction.predicted(table, target, sched, found, self.background)
+        return late["latency_ns"].to_numpy()
+
+
+def references(runs: pd.DataFrame) -> dict[tuple, Reference]:
+    """The traced runs without a reservation, by workload; the one with the most records
+    where there are several."""
+    found: dict[tuple, Reference] = {}
+    for row in runs[runs["sched"] == "none"].itertuples():
+        meta = results.read_meta(Path(row.path))
+        table = demand.run_demands(row.path, meta)
+        if table is None or table.empty:
+            continue
+        key = workload(row._asdict())
+        if key not in found or len(table) > len(found[key].table):
+            background = demand.background_share(table, meta) or 0.0
+            found[key] = Reference(row.run_id, table, background)
+    return found
+
+
+def reservations(tags: dict, sched_metas: list) -> list[dict]:
+    """The setting's reservations: read back (the first run's that could be), else requested."""
+    target, sched = str(tags["target"]), str(tags["sched"])
+    for sched_meta in sched_metas:
+        found = bounds.read_back(target, sched, sched_meta)
+        if found:
+            return found
+    requested = bounds.requested_setting(tags)
+    if requested["budget_us"] is not None and requested["period_us"] is None:
+        requested["period_us"] = bounds.DEFAULT_PERIOD_US
+    return [requested]
+
+
+def interval(reference: Reference, tags: dict, found: list[dict], p: float):
+    """(low, high) of a statistic over the reference's blocks, the whole's value included."""
+    table = reference.table
+    edges = np.linspace(0, len(table), BLOCKS + 1).astype(int)
+    blocks = [table.iloc[lo:hi] for lo, hi in itertools.pairwise(edges) if hi > lo]
+    values = []
+    for block in [table, *blocks]:
+        late = reference.predicted(block, tags, found)
+        values.append(float(percentile(late, p)) / 1e6)
+    return min(values), max(values)
+
+
+def flag(measured: dict, ranges: dict) -> str:
+    if any(measured[s] > ranges[s][1] for s in TAIL):
+        return NOT_EXPLAINED
+    return BELOW if all(measured[s] < ranges[s][0] for s in TAIL) else ""
+
+
+def row_of(tags, group, reference: Reference, found) -> tuple[dict, np.ndarray]:
+    """One configuration's table row, and its simulated latencies."""
+    simulated = reference.predicted(reference.table, tags, found)
+    ms = group["latency_ns"].to_numpy() / 1e6
+    measured = {s: float(percentile(ms, p)) for s, p in {"p50": 50, **TAIL}.items()}
+    ranges = {s: interval(reference, tags, found, p) for s, p in TAIL.items()}
+    row = {"Configuration": config_label(tags), "Reference": reference.run_id,
+           "Measured p50 (ms)": measured["p50"],
+           "Simulated p50 (ms)": float(percentile(simulated, 50)) / 1e6}  # fmt: skip
+    for s in TAIL:
+        row[f"Measured {s} (ms)"] = measured[s]
+        row[f"Simulated {s} (ms)"] = float(percentile(simulated, TAIL[s])) / 1e6
+        row[f"Simulated {s} range (ms)"] = f"{ranges[s][0]:.2f}–{ranges[s][1]:.2f}"
+    row["Flag"] = flag(measured, ranges)
+    return row, simulated
+
+
+def simulated_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutDirs) -> None:
+    """The table and one ECDF overlay per configuration; nothing without a reference."""
+    found_refs = references(runs.runs)
+    if not found_refs:
+        return
+    readbacks = bounds.readbacks_by_run(runs.runs)
+    rows, skipped, drawn = [], [], []
+    for tags, group in by_config(runs.measured):
+        reference = found_refs.get(workload(tags))
+        if reference is None or str(tags["sched"]) == "none":
+            continue
+        metas = [readbacks.get(run_id) for run_id in group["run_id"].unique()]
+        try:
+            row, simulated = row_of(tags, group, reference, reservations(tags, metas))
+        except ValueError as e:  # prediction.NotModelled, or a setting it cannot take
+            skipped.append(f"{config_label(tags)}: {e}")
+            continue
+        rows.append(row)
+        drawn.append((tags, group, simulated))
+    if not rows and not skipped:
+        return
+    page.h(2, "Measured beside the scheduler model")
+    if rows:
+        table_with_note(page, pd.DataFrame(rows), "simulated_vs_measured", dirs, NOTE)
+    for text in skipped:
+        page.p(f"Not simulated: {text}.", "note")
+    for tags, group, simulated in drawn:
+        overlay(page, tags, group, simulated, args, dirs)
+
+
+NOTE = (
+    "Simulated: the reference run (traced, no reservation, the same workload) replayed through "
+    "the configuration's setting as read back (docs/simulate.md): each record's measured "
+    "latency plus what the setting's server adds over none (a CPU quota on the whole JVM: "
+    "its budget less the share of a CPU the JVM's other work took in the reference). Range: "
+    f"the statistic simulated on the whole reference and on each of its {BLOCKS} consecutive "
+    "blocks alone. Flag: "
+    f"{NOT_EXPLAINED!r} where the measured p99 or maximum is above its simulated range (the "
+    f"setting alone does not explain that tail); {BELOW!r} where both are below it."
+)
+
+
+def overlay(page: Page, tags, group, simulated, args, dirs: OutDirs) -> None:
+    label = config_label(tags)
+    name = safe_name(f"simulated_{label}")
+    curves = [("measured", group["latency_ns"].to_numpy()), ("simulated", simulated)]
+    png = figures.save(figures.ecdf(curves, f"{label}: measured and simulated", args.xlim_ms),
+                       dirs.figures, name)  # fmt: skip
+    page.figure(png, f"ECDF, measured beside simulated: {label}", name)

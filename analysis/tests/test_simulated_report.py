@@ -1,0 +1,77 @@
+"""The report's section "Measured beside the scheduler model" (report/simulated.py), from a
+traced reference run laid out by hand: the job's thread needs 1 ms of CPU per record, records
+16.7 ms apart, each 3 ms end to end."""
+
+import argparse
+
+import numpy as np
+import pandas as pd
+import pytest
+from hvbench_analysis.load import load_runs, run_dirs
+from hvbench_analysis.report.page import OutDirs, Page
+from hvbench_analysis.report.simulated import BELOW, NOT_EXPLAINED, simulated_section
+from hvbench_analysis.synthetic import add_cpu_trace, write_run
+
+MS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def section(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    add_cpu_trace(write_run(results / "reference", np.full(120, 3 * MS)), 1 * MS)
+    # half the period each: the 6 ms a period the records need fit, nothing is added
+    write_run(results / "ample", np.full(120, 3 * MS), sched="deadline", budget=50_000,
+              period=100_000)  # fmt: skip
+    # as ample, but one record took 500 ms: the setting cannot explain it
+    late = np.full(120, 3 * MS)
+    late[60] = 500 * MS
+    write_run(results / "late", late, sched="deadline", budget=40_000, period=100_000)
+    # 1 ms a period for 6 ms of work: the model's queue grows, the measured one did not
+    write_run(results / "starved", np.full(120, 3 * MS), sched="cfs-quota", budget=1_000,
+              period=100_000)  # fmt: skip
+    out = tmp_path_factory.mktemp("report")
+    page = Page("test")
+    dirs = OutDirs(out / "figures", out / "tables", out / "hdr")
+    simulated_section(page, load_runs(run_dirs(results)), argparse.Namespace(xlim_ms=None), dirs)
+    return page.render(), out
+
+
+def rows(out) -> dict:
+    table = pd.read_csv(out / "tables" / "simulated_vs_measured.csv")
+    return {row["Configuration"]: row for _, row in table.iterrows()}
+
+
+def test_an_ample_reservation_is_simulated_as_the_reference_and_not_flagged(section):
+    found = rows(section[1])["bare/deadline P100000 B50000"]
+    assert found["Reference"] == "reference"
+    assert found["Simulated p50 (ms)"] == found["Simulated max (ms)"] == 3.0
+    assert found["Simulated max range (ms)"] == "3.00–3.00"
+    assert pd.isna(found["Flag"])  # no flag: an empty cell
+
+
+def test_a_measured_tail_beyond_the_simulated_one_is_not_explained_by_the_model(section):
+    found = rows(section[1])["bare/deadline P100000 B40000"]
+    assert found["Measured max (ms)"] == 500.0 and found["Simulated max (ms)"] == 3.0
+    assert found["Flag"] == NOT_EXPLAINED
+
+
+def test_a_starved_setting_is_simulated_with_its_queue_and_the_measured_one_below_it(section):
+    found = rows(section[1])["bare/cfs-quota P100000 B1000"]
+    assert found["Simulated max (ms)"] > 1000  # 6 ms of work per 1 ms a period: it builds up
+    assert found["Flag"] == BELOW
+
+
+def test_the_section_draws_each_configuration_over_its_simulation(section):
+    html, out = section
+    assert "Measured beside the scheduler model" in html and NOT_EXPLAINED in html
+    drawn = sorted(p.name for p in (out / "figures").glob("simulated_*.png"))
+    assert len(drawn) == 3 and all((out / "figures" / p).stat().st_size > 0 for p in drawn)
+
+
+def test_without_a_traced_reference_there_is_no_section(tmp_path):
+    write_run(tmp_path / "results" / "r", np.full(20, 3 * MS), sched="deadline", budget=5000)
+    page = Page("test")
+    dirs = OutDirs(tmp_path / "f", tmp_path / "t", tmp_path / "h")
+    runs = load_runs(run_dirs(tmp_path / "results"))
+    simulated_section(page, runs, argparse.Namespace(xlim_ms=None), dirs)
+    assert "scheduler model" not in page.render()
