@@ -75,3 +75,16 @@ def test_without_a_traced_reference_there_is_no_section(tmp_path):
     runs = load_runs(run_dirs(tmp_path / "results"))
     simulated_section(page, runs, argparse.Namespace(xlim_ms=None), dirs)
     assert "scheduler model" not in page.render()
+
+
+def test_the_errors_are_measured_as_the_models_held_out_ones(section):
+    out = section[1]
+    each = pd.read_csv(out / "tables" / "simulated_errors.csv").set_index("Configuration")
+    assert each.loc["bare/deadline P100000 B50000", "mean error (%)"] == 0.0
+    # 119 records of 3 ms and one of 500: a mean of 7.14 ms against 3 simulated
+    late_mean = (119 * 3 + 500) / 120
+    expected = 100 * (late_mean - 3) / late_mean
+    assert each.loc["bare/deadline P100000 B40000", "mean error (%)"] == pytest.approx(expected)
+    summary = pd.read_csv(out / "tables" / "simulated_validation.csv").set_index("Statistic")
+    assert summary.loc["mean", "Configurations"] == 3
+    assert summary.loc["mean", "Median abs. error (%)"] == pytest.approx(expected)

@@ -49,9 +49,16 @@ def test_statistics_and_the_share_over_the_deadline():
     assert row["max"] == 40.0 and row["p50"] == 20.0 and row["over 25 ms (%)"] == 50.0  # rank
 
 
-def test_a_cap_over_one_cpu_is_refused_with_the_reason():
-    with pytest.raises(prediction.NotModelled, match="several vCPUs"):
-        predict.predicted(records(), "xen", validate("xen", "credit", cap=153))
+def test_a_cap_over_one_cpu_is_split_over_the_domains_vcpus_under_credit_only():
+    # one record of 200 ms of CPU. Credit: cap 153 over two active vCPUs is 76 each, which
+    # parks the vCPU on the way; over one vCPU it caps nothing. Credit2's budget is the
+    # domain's: 153 % of a period never runs out for one vCPU
+    heavy = records().iloc[:1].assign(cpu_ns=200 * MS, latency_ns=205 * MS)
+    one = predict.predicted(heavy, "xen", validate("xen", "credit", cap=153), vcpus=1)
+    two = predict.predicted(heavy, "xen", validate("xen", "credit", cap=153), vcpus=2)
+    credit2 = predict.predicted(heavy, "xen", validate("xen", "credit2", cap=153), vcpus=2)
+    assert one["latency_ns"].tolist() == credit2["latency_ns"].tolist() == [205 * MS]
+    assert two["latency_ns"].iloc[0] > 205 * MS
 
 
 def test_a_run_without_a_trace_is_refused_saying_how_to_make_one(tmp_path, capsys):

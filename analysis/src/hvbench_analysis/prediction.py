@@ -8,7 +8,8 @@ the waits) stays as measured, record by record, with its correlations.
 
 A setting is the scheduler's name and its reservations: one dict per thread or vCPU, as
 bounds.read_back reads them back (budget_us, period_us, extratime, cap; tslice_us for
-Credit), or one for all. The server of each (target, scheduler):
+Credit; vcpus, the domain's vCPUs under a cap, 1 where not given), or one for all. The server
+of each (target, scheduler):
 - bare: deadline, one constant bandwidth server per job thread, the threads in series (their
   delays add up); cfs-quota, one periodic server for the job's threads together, its budget
   less the share of each period the JVM's other work takes (`background`, a share of a CPU:
@@ -16,7 +17,10 @@ Credit), or one for all. The server of each (target, scheduler):
 - kvm (the real-time VM's vCPU): cfs, a periodic server; deadline, one constant bandwidth
   server; fifo, none (its CPU alone);
 - xen: rtds, a periodic server (with extratime, alone in its pool: none); credit and credit2,
-  the cap of a one-vCPU domain alone in its pool (no cap: none).
+  the domain's cap, alone in its pool (no cap: none). The job is served one record at a time,
+  so on one vCPU at a time: Credit splits a domain's cap over its active vCPUs (csched_acct),
+  and with all of them active (the worst case) each gets cap / vcpus; Credit2's budget is the
+  domain's, so a cap of 100 or more never runs out for one vCPU's work.
 
     late = predicted(table, "bare", "deadline", [{"budget_us": 5000, "period_us": 100000}])
     late = predicted(table, "bare", "cfs-quota", [{...}], demand.background_share(table, meta))
@@ -65,11 +69,14 @@ def server(sched: str, reservation: dict) -> Server:
         raise NotModelled(f"SCHED={sched} has no model in the simulator")
     if not cap:
         return simulate.unconstrained
-    if cap > 100:
-        raise NotModelled(f"CAP={cap:g}: a cap over one CPU needs several vCPUs, not modelled")
     if sched == "credit":
+        each = int(cap / (reservation.get("vcpus") or 1))
+        if each >= 100:
+            return simulate.unconstrained
         tslice = round((reservation.get("tslice_us") or 30_000) * US)
-        return lambda a, c: simulate.credit_cap(a, c, int(cap), tslice)
+        return lambda a, c: simulate.credit_cap(a, c, each, tslice)
+    if cap >= 100:
+        return simulate.unconstrained
     return lambda a, c: simulate.credit2_cap(a, c, int(cap))
 
 

@@ -19,16 +19,21 @@ from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, validate
 from hvbench_analysis import demand, prediction
 
 
-def reservation(setting) -> dict:
+def reservation(setting, vcpus: int = 1) -> dict:
     """A validated setting's reservation, as hvbench_analysis.prediction takes it."""
     return {"budget_us": setting.budget_us, "period_us": setting.period_us, "cap": setting.cap,
-            "extratime": setting.extratime, "tslice_us": setting.tslice_us}  # fmt: skip
+            "extratime": setting.extratime, "tslice_us": setting.tslice_us,
+            "vcpus": vcpus}  # fmt: skip
 
 
-def predicted(table: pd.DataFrame, target: str, setting, background: float = 0.0) -> pd.DataFrame:
+def predicted(
+    table: pd.DataFrame, target: str, setting, background: float = 0.0, vcpus: int = 1
+) -> pd.DataFrame:
     """The records' predicted latencies under a validated setting (background: the share of
-    a CPU the job's JVM used besides the records, demand.background_share)."""
-    return prediction.predicted(table, target, setting.sched, [reservation(setting)], background)
+    a CPU the job's JVM used besides the records, demand.background_share; vcpus: the
+    domain's, under a cap)."""
+    found = [reservation(setting, vcpus)]
+    return prediction.predicted(table, target, setting.sched, found, background)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -39,6 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("budget", "period", "cap", "extratime", "tslice-us"):
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--budgets", help="a grid of budgets (µs, comma-separated): one row each")
+    p.add_argument("--vcpus", type=int, default=1, help="the domain's vCPUs, under a cap")
     p.add_argument("--deadline-ms", type=float)
     p.add_argument("--out", help="a CSV of every record's predicted latency (one setting)")
     return p.parse_args(argv)
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = settings(args, target)
         rows = []
         for setting in chosen:
-            records = predicted(table, target, setting, background)
+            records = predicted(table, target, setting, background, args.vcpus)
             text = " ".join(f"{k}={v}" for k, v in setting.describe().items())
             stats = prediction.statistics(records["latency_ns"], args.deadline_ms)
             rows.append({"setting": text, **stats})

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis import bounds, demand, figures, prediction, results
+from hvbench_analysis import bounds, demand, figures, prediction, results, tables
 from hvbench_analysis.labels import config_label
 from hvbench_analysis.load import Runs
 from hvbench_analysis.report.page import OutDirs, Page, safe_name, table_with_note
@@ -27,6 +27,8 @@ WORKLOAD = ("target", "hypervisor", "rate", "network", "load", "scale", "noise",
 # simulated alone (consecutive records are kept together: their demands are correlated).
 BLOCKS = 5
 TAIL = {"p99": 99, "max": 100}
+# The statistics whose errors are summed up, as the performance model's validation has them.
+ERRORS = ("mean", "sd", "p50", "p99", "max")
 NOT_EXPLAINED = "not explained by the scheduler model"
 BELOW = "below the model"
 
@@ -113,13 +115,44 @@ def row_of(tags, group, reference: Reference, found) -> tuple[dict, np.ndarray]:
     return row, simulated
 
 
+def statistic(ms: np.ndarray, name: str) -> float:
+    if name == "mean":
+        return float(np.mean(ms))
+    if name == "sd":
+        return float(np.std(ms, ddof=1)) if len(ms) > 1 else float("nan")
+    return float(percentile(ms, {"p50": 50, "p99": 99, "max": 100}[name]))
+
+
+def errors(tags, group: pd.DataFrame, simulated: np.ndarray) -> dict:
+    """The absolute error (%) of each simulated statistic against the mean of the
+    configuration's runs' own, as the model's held-out validation measures its errors."""
+    row = {"Configuration": config_label(tags), "Runs": group["run_id"].nunique()}
+    for name in ERRORS:
+        per_run = [statistic(run["latency_ns"].to_numpy() / 1e6, name)
+                   for _, run in group.groupby("run_id", observed=True)]  # fmt: skip
+        measured, predicted = float(np.mean(per_run)), statistic(simulated / 1e6, name)
+        error = 100 * abs(predicted - measured) / measured if measured else float("nan")
+        row[f"{name} error (%)"] = error
+    return row
+
+
+def error_summary(rows: list[dict]) -> pd.DataFrame:
+    table = pd.DataFrame(rows)
+    return pd.DataFrame(
+        [{"Statistic": name, "Configurations": len(table),
+          "Median abs. error (%)": table[f"{name} error (%)"].median(),
+          "Mean abs. error (%)": table[f"{name} error (%)"].mean()}
+         for name in ERRORS]
+    )  # fmt: skip
+
+
 def simulated_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutDirs) -> None:
     """The table and one ECDF overlay per configuration; nothing without a reference."""
     found_refs = references(runs.runs)
     if not found_refs:
         return
     readbacks = bounds.readbacks_by_run(runs.runs)
-    rows, skipped, drawn = [], [], []
+    rows, skipped, drawn, errs = [], [], [], []
     for tags, group in by_config(runs.measured):
         reference = found_refs.get(workload(tags))
         if reference is None or str(tags["sched"]) == "none":
@@ -132,11 +165,14 @@ def simulated_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: Ou
             continue
         rows.append(row)
         drawn.append((tags, group, simulated))
+        errs.append(errors(tags, group, simulated))
     if not rows and not skipped:
         return
     page.h(2, "Measured beside the scheduler model")
     if rows:
         table_with_note(page, pd.DataFrame(rows), "simulated_vs_measured", dirs, NOTE)
+        tables.write(pd.DataFrame(errs), dirs.tables, "simulated_errors")
+        table_with_note(page, error_summary(errs), "simulated_validation", dirs, ERRORS_NOTE)
     for text in skipped:
         page.p(f"Not simulated: {text}.", "note")
     for tags, group, simulated in drawn:
@@ -152,6 +188,14 @@ NOTE = (
     "blocks alone. Flag: "
     f"{NOT_EXPLAINED!r} where the measured p99 or maximum is above its simulated range (the "
     f"setting alone does not explain that tail); {BELOW!r} where both are below it."
+)
+
+
+ERRORS_NOTE = (
+    "Each configuration's simulated statistic against the mean of its runs' own: the absolute "
+    "error in %, as the performance model's held-out validation measures its errors (the runs "
+    "are held out: only the reference is simulated). Each configuration: "
+    "tables/simulated_errors."
 )
 
 
