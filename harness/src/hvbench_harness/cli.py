@@ -29,7 +29,6 @@ from hvbench_harness import build, inventory, playbooks
 from hvbench_harness.targets.kinds import kind
 from hvbench_harness.testbed import TARGETS, TestbedError, inventory_target, setting_options
 
-REPO = Path(__file__).resolve().parents[3]
 # Verbs that are a module's own command line: (module, what it does).
 MODULE_VERBS = {
     "run": ("hvbench_harness.run", "one run, here (bare) or on a testbed"),

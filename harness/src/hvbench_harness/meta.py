@@ -4,9 +4,8 @@ hvbench_agent.facts, the one collector)."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from hvbench_harness.build import REPO
 
 
 def collect_git() -> dict:

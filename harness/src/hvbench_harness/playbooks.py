@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from hvbench_harness.build import REPO
 
 
 def tool(name: str) -> str:

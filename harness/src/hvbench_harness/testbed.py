@@ -26,8 +26,6 @@ from hvbench_agent.names import BadName, check_name
 from hvbench_harness import playbooks
 from hvbench_harness.targets.kinds import KINDS
 
-REPO = Path(__file__).resolve().parents[3]
-
 
 class TestbedError(RuntimeError):
     __test__ = False  # not a test class, despite its name
