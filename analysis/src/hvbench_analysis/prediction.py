@@ -29,11 +29,13 @@ of each (target, scheduler):
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis import demand, simulate
+from hvbench_analysis import demand, results, simulate
 from hvbench_analysis.stats import percentile
 
 US = 1_000
@@ -142,3 +144,42 @@ def statistics(latency_ns, deadline_ms: float | None = None) -> dict:
     if deadline_ms is not None:
         row[f"over {deadline_ms:g} ms (%)"] = round(100 * float(np.mean(ms > deadline_ms)), 3)
     return row
+
+
+# What a reference must share with a configuration: everything but the scheduler's setting.
+WORKLOAD = ("target", "hypervisor", "rate", "network", "load", "scale", "noise", "noise_cpus",
+            "job_cpus", "power")  # fmt: skip
+
+
+def workload(tags) -> tuple:
+    return tuple(str(tags[name]) for name in WORKLOAD)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A traced run without a reservation: its demand table and the JVM's other work."""
+
+    run_id: str
+    table: pd.DataFrame
+    background: float
+
+    def predicted(self, table: pd.DataFrame, tags: dict, found: list[dict]) -> np.ndarray:
+        target, sched = str(tags["target"]), str(tags["sched"])
+        late = predicted(table, target, sched, found, self.background)
+        return late["latency_ns"].to_numpy()
+
+
+def references(runs: pd.DataFrame) -> dict[tuple, Reference]:
+    """The traced runs without a reservation, by workload; the one with the most records
+    where there are several."""
+    found: dict[tuple, Reference] = {}
+    for row in runs[runs["sched"] == "none"].itertuples():
+        meta = results.read_meta(Path(row.path))
+        table = demand.run_demands(row.path, meta)
+        if table is None or table.empty:
+            continue
+        key = workload(row._asdict())
+        if key not in found or len(table) > len(found[key].table):
+            background = demand.background_share(table, meta) or 0.0
+            found[key] = Reference(row.run_id, table, background)
+    return found

@@ -6,7 +6,8 @@ Each statistic is modelled on its logarithm (latencies are positive and spread i
 to their size), in two parts:
 - an analytical part (ANALYTIC): a line in log(1 + bound), bound the longest time the
   reservation can leave the job without CPU as read back (bounds.py: 2·(P − B)); or a queue's
-  knee in the CPU reserved per record; or a constant;
+  knee in the CPU reserved per record; or, where the runs hold a traced reference, a line in
+  the log of the statistic the reservation simulator gives (simulated.py); or a constant;
 - a learned part, a Gaussian process (Matérn) over every input that varies (rate, share of a
   CPU, CPU per record, period, extratime, weight, target, scheduler, neighbours), fitted to
   what the analytical part leaves, with the run-to-run spread modelled by setting (a second
@@ -34,6 +35,7 @@ from hvbench_analysis.model.fit import (  # noqa: F401
     FORMS,
     KNEES,
     NOISE_FLOOR,
+    SIMULATED_FORMS,
     Fitted,
     Form,
     Kernels,
@@ -48,6 +50,8 @@ from hvbench_analysis.model.fit import (  # noqa: F401
     fit_analytic,
     fit_process,
     fit_statistic,
+    for_statistic,
+    forms_for,
     knee,
     noise_kernel,
     process,
@@ -68,6 +72,10 @@ from hvbench_analysis.model.saved import (  # noqa: F401
     sklearn_version,
     theta_of,
 )
+from hvbench_analysis.model.simulated import (  # noqa: F401
+    Simulator,
+    with_simulation,
+)
 from hvbench_analysis.model.table import (  # noqa: F401
     CATEGORICAL,
     DEFAULTS,
@@ -75,6 +83,8 @@ from hvbench_analysis.model.table import (  # noqa: F401
     NUMERIC,
     PERCENTILE_OF,
     SETTINGS,
+    SIM,
+    SIM_COLUMNS,
     STATISTICS,
     TRANSFORM,
     Inputs,

@@ -11,6 +11,7 @@ import pandas as pd
 from hvbench_analysis.load import load_runs, run_dirs
 from hvbench_analysis.model.fit import Model
 from hvbench_analysis.model.saved import MODEL_FILE, save
+from hvbench_analysis.model.simulated import with_simulation
 from hvbench_analysis.model.table import ModelError, run_table
 from hvbench_analysis.model.validate import fit_chosen, validation_summary
 
@@ -25,8 +26,9 @@ def fit_folder(results: Path, names: list[str], out: Path) -> tuple[Model, pd.Da
         print(f"model: skipped {name}: {reason}", file=sys.stderr)
     for run in runs.left_out:
         print(f"model: left out {run.run_id} ({run.state}): {run.reason}", file=sys.stderr)
-    table = run_table(runs)
+    table, simulator = with_simulation(run_table(runs), runs.runs)
     fitted, validation = fit_chosen(table)
+    fitted.simulator = simulator
     save(fitted, validation, out, {"results": str(results), "runs": names or "all"})
     return fitted, validation
 

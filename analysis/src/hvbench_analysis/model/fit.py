@@ -17,6 +17,8 @@ from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, Whi
 from hvbench_analysis.model.table import (
     MEASUREMENT,
     SETTINGS,
+    SIM,
+    SIM_COLUMNS,
     STATISTICS,
     Inputs,
     ModelError,
@@ -36,8 +38,11 @@ from hvbench_analysis.model.table import (
 # - knee: base + A · max(0, c / capacity − 1), capacity the CPU reserved per record (ms): below
 #   the CPU a record needs (c), records queue and wait longer the more are sent; above it, the
 #   base. A queue's knee, with c, the base and A fitted;
+# - simulated: a line in the log of the statistic the reservation simulator gives for the
+#   setting (model/simulated.py), where the runs hold a traced reference: the process then
+#   learns what the simulator misses;
 # - none: a constant.
-ANALYTIC = ("bound", "knee", "none")
+ANALYTIC = ("bound", "knee", "simulated", "none")
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,15 @@ class Form:
     nu: float = 1.5
 
 
-FORMS = tuple(Form(a, nu) for a in ANALYTIC for nu in (1.5, 0.5))
+FORMS = tuple(Form(a, nu) for a in ANALYTIC if a != "simulated" for nu in (1.5, 0.5))
+SIMULATED_FORMS = (Form("simulated", 1.5), Form("simulated", 0.5))
+
+
+def forms_for(table: pd.DataFrame) -> tuple[Form, ...]:
+    """The forms a table can take: the simulated ones where every run has its simulation."""
+    simulated = all(c in table and np.isfinite(table[c].to_numpy(float)).all()
+                    for c in SIM_COLUMNS)  # fmt: skip
+    return FORMS + SIMULATED_FORMS if simulated else FORMS
 
 
 def curve_kernel(dimensions: int, nu: float = 1.5) -> Kernel:
@@ -85,9 +98,12 @@ class Kernels:
 
 
 def analytic_part(kind: str, params: np.ndarray, basis: pd.DataFrame) -> np.ndarray:
-    """The analytical part's log value for rows with bound_ms and capacity_ms."""
+    """The analytical part's log value for rows with bound_ms, capacity_ms and (for the
+    statistic modelled) its simulated value."""
     if kind == "bound":
         return params[0] + params[1] * np.log1p(basis["bound_ms"].to_numpy(float))
+    if kind == "simulated":
+        return params[0] + params[1] * np.log(simulated_of(basis))
     if kind == "knee":
         return knee(params, basis["capacity_ms"].to_numpy(float))
     return np.full(len(basis), params[0])
@@ -109,6 +125,9 @@ def fit_analytic(
     starts of its c across the capacities seen, keeping the best, or from `start`)."""
     if kind == "bound" and np.ptp(basis["bound_ms"]) > 0:
         design = np.column_stack([np.ones(len(y)), np.log1p(basis["bound_ms"].to_numpy(float))])
+        return np.linalg.lstsq(design, y, rcond=None)[0]
+    if kind == "simulated" and "simulated" in basis and np.ptp(simulated_of(basis)) > 0:
+        design = np.column_stack([np.ones(len(y)), np.log(simulated_of(basis))])
         return np.linalg.lstsq(design, y, rcond=None)[0]
     capacity = basis["capacity_ms"].to_numpy(float)
     if kind == "knee" and np.ptp(capacity) > 0:
@@ -241,17 +260,34 @@ def analytic_of(form: Form, params: np.ndarray, basis: pd.DataFrame) -> np.ndarr
     """The analytical part as fitted: a knee or line that could not be fitted (nothing varied)
     is the constant fit_analytic gave instead."""
     kind = form.analytic if not (form.analytic == "knee" and len(params) == 2) else "none"
+    if kind == "simulated" and "simulated" not in basis:
+        kind = "none"  # nothing simulated to follow: fit_analytic's constant
     return analytic_part(kind, params, basis)
 
 
+def simulated_of(basis: pd.DataFrame) -> np.ndarray:
+    return np.maximum(basis["simulated"].to_numpy(float), 1e-6)
+
+
+def for_statistic(basis: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The basis with the statistic's own simulated value as `simulated`, where there is one."""
+    column = f"{SIM}{name}"
+    return basis.assign(simulated=basis[column]) if column in basis else basis
+
+
 def basis_of(frame: pd.DataFrame) -> pd.DataFrame:
-    """What the analytical parts read: the bound and the capacity per record."""
-    return pd.DataFrame(
+    """What the analytical parts read: the bound, the capacity per record and, where the
+    runs have them, the simulated statistics."""
+    basis = pd.DataFrame(
         {
             "bound_ms": frame["bound_ms"].to_numpy(float),
             "capacity_ms": numeric_inputs(frame)["capacity_ms"].to_numpy(float),
         }
     )
+    for column in SIM_COLUMNS:
+        if column in frame:
+            basis[column] = pd.to_numeric(frame[column], errors="coerce").to_numpy(float)
+    return basis
 
 
 @dataclass
@@ -263,15 +299,19 @@ class Model:
     # per statistic: the interval's half-width in standard deviations (Z, or wider where
     # held-out runs fell outside: interval_scales)
     scales: dict[str, float] = field(default_factory=dict)
+    # the runs' traced references (model/simulated.Simulator), where a form is `simulated`
+    simulator: object | None = None
 
     def predict(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Per statistic: the median prediction and its 90 % interval (<stat>_lo, <stat>_hi),
         for rows with the settings' columns (SETTINGS)."""
         frame = with_derived(frame)
+        if self.simulator is not None and SIM_COLUMNS[0] not in frame:
+            frame = self.simulator.columns(frame)
         x, basis = self.inputs.matrix(frame), basis_of(frame)
         out = pd.DataFrame(index=frame.index)
         for name, fitted in self.fitted.items():
-            mean, sd = fitted.predict_log(x, basis)
+            mean, sd = fitted.predict_log(x, for_statistic(basis, name))
             half = self.scales.get(name, Z) * sd
             out[name], out[f"{name}_lo"], out[f"{name}_hi"] = (
                 np.exp(mean),
@@ -316,7 +356,12 @@ def fit(
     forms = forms or dict.fromkeys(STATISTICS, Form())
     fitted = {
         name: fit_statistic(
-            x, basis, table[name].to_numpy(float), (kernels or {}).get(name), form, restarts
+            x,
+            for_statistic(basis, name),
+            table[name].to_numpy(float),
+            (kernels or {}).get(name),
+            form,
+            restarts,
         )
         for name, form in forms.items()
     }

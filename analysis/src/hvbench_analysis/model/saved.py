@@ -11,7 +11,16 @@ import pandas as pd
 from sklearn.gaussian_process.kernels import Kernel
 
 from hvbench_analysis.model.fit import Form, Kernels, Model, fit
-from hvbench_analysis.model.table import CATEGORICAL, MEASUREMENT, STATISTICS, Inputs, ModelError, Z
+from hvbench_analysis.model.simulated import Simulator
+from hvbench_analysis.model.table import (
+    CATEGORICAL,
+    MEASUREMENT,
+    SIM_COLUMNS,
+    STATISTICS,
+    Inputs,
+    ModelError,
+    Z,
+)
 from hvbench_analysis.model.validate import validation_summary
 
 # ---------------------------------------------------------------------------------------------
@@ -54,6 +63,8 @@ def save(model: Model, validation: pd.DataFrame, directory: Path, source: dict) 
             for name, f in model.fitted.items()
         },
         "validation": validation_summary(validation).to_dict("records"),
+        # the traced references the `simulated` forms replay (read again from the runs' folder)
+        "simulator": {"references": model.simulator.run_ids} if model.simulator else None,
         "made_with": {"scikit-learn": sklearn_version()},
     }
     (directory / MODEL_FILE).write_text(json.dumps(doc, indent=2) + "\n")
@@ -96,6 +107,7 @@ NUMERIC_COLUMNS = (
     "share",
     "bound_ms",
     *STATISTICS,
+    *SIM_COLUMNS,
 )
 
 
@@ -113,6 +125,8 @@ def load(directory: Path) -> tuple[Model, dict]:
     forms = {name: Form(f["analytic"], f["matern_nu"]) for name, f in doc["fitted"].items()}
     rebuilt = fit(table, kernels, forms)
     rebuilt.scales = {name: f.get("interval_sd", Z) for name, f in doc["fitted"].items()}
+    references = (doc.get("simulator") or {}).get("references") or []
+    rebuilt.simulator = Simulator.from_folder(directory.parent, references)
     return rebuilt, doc
 
 

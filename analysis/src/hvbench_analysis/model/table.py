@@ -14,6 +14,9 @@ from hvbench_analysis.load import Runs
 from hvbench_analysis.tags import asked
 
 STATISTICS = ("mean", "sd", "p50", "p99", "p99.9", "max")
+# Each statistic as the reservation simulator gives it for a run's setting (model/simulated.py)
+SIM = "sim_"
+SIM_COLUMNS = tuple(f"{SIM}{name}" for name in STATISTICS)
 PERCENTILE_OF = {"p50": 50.0, "p99": 99.0, "p99.9": 99.9}
 Z = 1.6449  # a two-sided 90 % interval; its upper end is a one-sided 95 % bound
 # The settings as the runs asked for them, and what a run is measured with.

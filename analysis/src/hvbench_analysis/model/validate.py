@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis.model.fit import FORMS, Form, Model, fit
+from hvbench_analysis.model.fit import Form, Model, fit, forms_for
 from hvbench_analysis.model.table import STATISTICS, ModelError, Z
 
 # ---------------------------------------------------------------------------------------------
@@ -68,18 +68,20 @@ def validate(table: pd.DataFrame, forms: dict[str, Form] | None = None) -> pd.Da
 def choose_forms(
     table: pd.DataFrame, statistics: tuple[str, ...] = STATISTICS
 ) -> tuple[dict[str, Form], pd.DataFrame]:
-    """Per statistic, the form (FORMS) that predicted the held-out configurations best (the
-    lowest median error; the first of FORMS where equal), and the validation of that choice.
+    """Per statistic, the form (forms_for: FORMS, and the simulated ones where every run has
+    its simulation) that predicted the held-out configurations best (the lowest median error;
+    the first where equal), and the validation of that choice.
     The bound explains a tail where the budget runs out; where it does not (a queue that grows
     once the CPU reserved per record is below what a record needs), a line through it
     misleads, and a knee is followed better by the rougher kernel."""
-    tried = [validate(table, dict.fromkeys(statistics, form)) for form in FORMS]
+    candidates = forms_for(table)
+    tried = [validate(table, dict.fromkeys(statistics, form)) for form in candidates]
     forms, chosen = {}, []
     for name in statistics:
         parts = [v[v["statistic"] == name] for v in tried]
         errors = [p["error_pct"].median() if not p.empty else np.inf for p in parts]
         best = int(np.argmin(errors))
-        forms[name] = FORMS[best]
+        forms[name] = candidates[best]
         chosen.append(parts[best])
     return forms, pd.concat(chosen, ignore_index=True)
 

@@ -7,22 +7,18 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis import bounds, demand, figures, prediction, results, tables
+from hvbench_analysis import bounds, figures, tables
 from hvbench_analysis.labels import config_label
 from hvbench_analysis.load import Runs
+from hvbench_analysis.prediction import Reference, references, workload
 from hvbench_analysis.report.page import OutDirs, Page, safe_name, table_with_note
 from hvbench_analysis.stats import percentile
 from hvbench_analysis.tables import by_config
 
-# What a reference must share with a configuration: everything but the scheduler's setting.
-WORKLOAD = ("target", "hypervisor", "rate", "network", "load", "scale", "noise", "noise_cpus",
-            "job_cpus", "power")  # fmt: skip
 # The simulated statistics' interval: the reference in this many consecutive blocks, each
 # simulated alone (consecutive records are kept together: their demands are correlated).
 BLOCKS = 5
@@ -31,40 +27,6 @@ TAIL = {"p99": 99, "max": 100}
 ERRORS = ("mean", "sd", "p50", "p99", "max")
 NOT_EXPLAINED = "not explained by the scheduler model"
 BELOW = "below the model"
-
-
-def workload(tags) -> tuple:
-    return tuple(str(tags[name]) for name in WORKLOAD)
-
-
-@dataclass(frozen=True)
-class Reference:
-    """A traced run without a reservation: its demand table and the JVM's other work."""
-
-    run_id: str
-    table: pd.DataFrame
-    background: float
-
-    def predicted(self, table: pd.DataFrame, tags: dict, found: list[dict]) -> np.ndarray:
-        target, sched = str(tags["target"]), str(tags["sched"])
-        late = prediction.predicted(table, target, sched, found, self.background)
-        return late["latency_ns"].to_numpy()
-
-
-def references(runs: pd.DataFrame) -> dict[tuple, Reference]:
-    """The traced runs without a reservation, by workload; the one with the most records
-    where there are several."""
-    found: dict[tuple, Reference] = {}
-    for row in runs[runs["sched"] == "none"].itertuples():
-        meta = results.read_meta(Path(row.path))
-        table = demand.run_demands(row.path, meta)
-        if table is None or table.empty:
-            continue
-        key = workload(row._asdict())
-        if key not in found or len(table) > len(found[key].table):
-            background = demand.background_share(table, meta) or 0.0
-            found[key] = Reference(row.run_id, table, background)
-    return found
 
 
 def reservations(tags: dict, sched_metas: list) -> list[dict]:

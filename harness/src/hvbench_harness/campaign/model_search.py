@@ -87,12 +87,15 @@ class Search:
     def fit(self) -> model.Model | None:
         """The model of every run done; None where it cannot be fitted yet."""
         try:
-            table = model.run_table(load_runs(run_dirs(self.runner.folder, self.done)))
+            runs = load_runs(run_dirs(self.runner.folder, self.done))
+            table, simulator = model.with_simulation(model.run_table(runs), runs.runs)
             self.measured = {}
             for run_id, statistic in zip(table["run_id"], table[self.slo.statistic], strict=True):
                 self.measured.setdefault(self.setting_of[run_id], []).append(statistic)
             # as make model would, for the SLO's statistic alone
-            return model.fit_chosen(table, (self.slo.statistic,))[0]
+            fitted = model.fit_chosen(table, (self.slo.statistic,))[0]
+            fitted.simulator = simulator
+            return fitted
         except model.ModelError:
             return None
 
