@@ -140,8 +140,8 @@ sched: $(STAMP) ## the real-time VM's scheduler setting on a testbed host: SCHED
 	$(HVBENCH) sched $(ACTION) $(filter-out ACTION=% HOST=% INVENTORY=% TARGET=%,$(MAKEOVERRIDES)) $(WHERE) --readback build/sched.json
 report: $(STAMP) ## figures and tables into OUT=report [RUNS=a,rtds-* REF=sched=credit DEADLINE_MS XLIM_MS CAMPAIGN INCLUDE_FAILED=1]
 	$(HVBENCH) report --results $(REPORT_RESULTS) --out $(REPORT_OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))$(if $(filter 1,$(INCLUDE_FAILED)), --include-failed)
-model: $(STAMP) ## CAMPAIGN=... [RUNS=]: fit the performance model (mean … max from the settings), held-out errors
-	$(HVBENCH) model fit --results $(REPORT_RESULTS)$(if $(RUNS), --runs '$(RUNS)')
+model: $(STAMP) ## CAMPAIGN=... [RUNS= REFERENCES=]: fit the performance model (mean … max from the settings), held-out errors
+	$(HVBENCH) model fit --results $(REPORT_RESULTS)$(if $(RUNS), --runs '$(RUNS)')$(if $(REFERENCES), --references '$(REFERENCES)')
 predict: $(STAMP) ; $(HVBENCH) predict --run $(RUN) --sched $(SCHED)$(if $(BUDGET), --budget $(BUDGET))$(if $(PERIOD), --period $(PERIOD))$(if $(CAP), --cap $(CAP))$(if $(EXTRATIME), --extratime $(EXTRATIME))$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS)) ## RUN=results/<traced run> SCHED= BUDGET= [PERIOD CAP EXTRATIME DEADLINE_MS]: the setting's latencies predicted before measuring
 advise: $(STAMP) ## CAMPAIGN=... SCHED= SLO='p99<=20' [RATE PERIOD NOISE KNOB VERIFY=1]: the smallest budget predicted to meet the SLO
 	$(HVBENCH) advise --fit $(REPORT_RESULTS)/model --sched $(SCHED) --slo '$(SLO)'$(if $(RATE), --rate $(RATE))$(if $(PERIOD), --period $(PERIOD))$(if $(NOISE), --noise '$(NOISE)')$(if $(KNOB), --knob $(KNOB))$(if $(filter 1,$(VERIFY)), --verify)

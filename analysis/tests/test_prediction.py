@@ -52,3 +52,11 @@ def test_the_background_is_the_jvms_cpu_less_the_records_on_the_traced_threads()
 def test_a_scheduler_without_a_model_is_refused_with_the_reason():
     with pytest.raises(prediction.NotModelled, match="SCHED=fifo on bare"):
         prediction.predicted(one_record(1), "bare", "fifo", QUOTA)
+
+
+def test_a_table_without_threads_columns_is_one_thread_under_sched_deadline():
+    # 10 ms per 100 ms: 15 ms of CPU runs 0–10, is throttled to the deadline at 100, ends at
+    # 105: 90 ms more than alone
+    found = [{"budget_us": 10_000, "period_us": 100_000}]
+    late = prediction.predicted(one_record(15), "bare", "deadline", found)
+    assert late["latency_ns"].tolist() == [(20 + 90) * MS]

@@ -31,22 +31,32 @@ RELATION = textwrap.dedent(
         return np.round((base + waits) * 1e6)
     """
 )
-FAKE = RELATION + textwrap.dedent(
+# A stand-in run's command line: what the campaign passes (a flag for TRACE=1)
+STAND_IN_ARGS = textwrap.dedent(
     """
     import argparse, pathlib, zlib
-    from hvbench_analysis.synthetic import write_run
+    from hvbench_analysis.synthetic import add_cpu_trace, write_run
     p = argparse.ArgumentParser()
     for o in ("--target", "--sched", "--budget", "--period", "--period-ms", "--results",
               "--work", "--run-id", "--rep", "--campaign", "--data", "--model", "--kafka-libs",
               "--connector-dir", "--records"):
         p.add_argument(o)
+    p.add_argument("--trace", action="store_true")
     a = p.parse_args()
+    """
+)
+FAKE = (
+    RELATION
+    + STAND_IN_ARGS
+    + textwrap.dedent(
+        """
     rate = 6000 / float(a.period_ms)
     seed = zlib.crc32(a.run_id.encode())
     write_run(pathlib.Path(a.results) / a.run_id, latencies_ns(int(a.budget), rate, seed),
               sched=a.sched, budget=int(a.budget), period=int(a.period), rep=int(a.rep),
               campaign=a.campaign, producer_period_ms=float(a.period_ms))
     """
+    )
 )
 namespace: dict = {}
 exec(RELATION, namespace)

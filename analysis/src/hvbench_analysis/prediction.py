@@ -111,10 +111,9 @@ def added_delay(
     if target == "bare" and sched == "cfs-quota":
         reservations = less_background(reservations, background or 0.0)
     arrivals = table["from_ns"].to_numpy(np.int64)
-    if target == "bare" and sched == "deadline":
-        columns = [c for c in table if c.startswith(demand.THREAD_CPU)]
-    else:
-        columns = ["cpu_ns"]
+    columns = ["cpu_ns"]
+    if target == "bare" and sched == "deadline":  # a table without threads' columns: one
+        columns = [c for c in table if c.startswith(demand.THREAD_CPU)] or columns
     # the harness gives every job thread the same reservation: the first stands for all
     same = len(reservations) != len(columns)
     delay = np.zeros(len(table), dtype=np.int64)
@@ -169,17 +168,23 @@ class Reference:
         return late["latency_ns"].to_numpy()
 
 
-def references(runs: pd.DataFrame) -> dict[tuple, Reference]:
-    """The traced runs without a reservation, by workload; the one with the most records
-    where there are several."""
-    found: dict[tuple, Reference] = {}
+def all_references(runs: pd.DataFrame) -> dict[tuple, list[Reference]]:
+    """The traced runs without a reservation, by workload, the one with the most records
+    first (repetitions of a reference say how far a second one would differ)."""
+    found: dict[tuple, list[Reference]] = {}
     for row in runs[runs["sched"] == "none"].itertuples():
         meta = results.read_meta(Path(row.path))
         table = demand.run_demands(row.path, meta)
         if table is None or table.empty:
             continue
-        key = workload(row._asdict())
-        if key not in found or len(table) > len(found[key].table):
-            background = demand.background_share(table, meta) or 0.0
-            found[key] = Reference(row.run_id, table, background)
-    return found
+        background = demand.background_share(table, meta) or 0.0
+        found.setdefault(workload(row._asdict()), []).append(
+            Reference(row.run_id, table, background)
+        )
+    return {key: sorted(refs, key=lambda r: -len(r.table)) for key, refs in found.items()}
+
+
+def references(runs: pd.DataFrame) -> dict[tuple, Reference]:
+    """The reference of each workload: the traced run without a reservation with the most
+    records."""
+    return {key: refs[0] for key, refs in all_references(runs).items()}

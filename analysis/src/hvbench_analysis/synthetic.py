@@ -182,35 +182,34 @@ def add_trace(directory: Path, slow: list[int], wait_ns: int) -> Path:
     """A scheduler trace (TRACE=1) for a run written above: the job's one thread is preempted
     when each record of `slow` (indices into samples.csv) is sent and runs again `wait_ns`
     later; the run's clock is a 1 GHz TSC from 0, so trace counts are the records' ns."""
-    meta = results.read_meta(directory)
-    meta["clock"]["tsc"].update(base_ticks=0, base_ns=0, hz=1e9)
-    sent = pd.read_csv(directory / results.SAMPLES)["sent_ns"].astype(np.int64)
+    samples = pd.read_csv(directory / results.SAMPLES)
+    sent = samples["sent_ns"].astype(np.int64)
     lines = []
     for at in sorted(sent.iloc[slow]):
         lines.append(_switch(at, "R", to_job=False))  # preempted, still runnable
         lines.append(_switch(at + wait_ns, "S", to_job=True))  # back on a CPU
     lines.append(_switch(sent.iloc[-1], "S", to_job=False))  # the trace lasts to the end
-    (directory / results.SCHED_TRACE).write_text("\n".join(lines) + "\n")
-    meta["trace"] = {"clock": "x86-tsc", "threads": {"100": JOB_THREAD}, "lines": len(lines),
-                     "dropped": 0}  # fmt: skip
-    meta["files"]["sched_trace"] = results.SCHED_TRACE
-    results.rewrite_meta(directory, meta)
-    return directory
+    return _write_trace(directory, lines)
 
 
 def add_cpu_trace(directory: Path, cpu_ns: int) -> Path:
     """A scheduler trace (TRACE=1) for a run written above in which the job's one thread runs
     `cpu_ns` from each record's send and then waits for the next (the demand each record
     makes, hvbench_analysis.demand); the clock as in add_trace."""
-    meta = results.read_meta(directory)
-    meta["clock"]["tsc"].update(base_ticks=0, base_ns=0, hz=1e9)
-    sent = pd.read_csv(directory / results.SAMPLES)["sent_ns"].astype(np.int64)
+    samples = pd.read_csv(directory / results.SAMPLES)
     lines = [_switch(0, "S", to_job=False)]
-    for at in sorted(sent):
+    for at in sorted(samples["sent_ns"].astype(np.int64)):
         lines.append(_switch(at, "S", to_job=True))  # woken by the record: on a CPU
         lines.append(_switch(at + cpu_ns, "S", to_job=False))  # done with it: waits
-    last = int(pd.read_csv(directory / results.SAMPLES)["received_ns"].max())
+    last = int(samples["received_ns"].max())
     lines.append(_switch(last + 1, "S", to_job=False))  # the trace lasts past the last one
+    return _write_trace(directory, lines)
+
+
+def _write_trace(directory: Path, lines: list[str]) -> Path:
+    """The trace's lines beside the run, and meta.json saying so (a 1 GHz TSC from 0)."""
+    meta = results.read_meta(directory)
+    meta["clock"]["tsc"].update(base_ticks=0, base_ns=0, hz=1e9)
     (directory / results.SCHED_TRACE).write_text("\n".join(lines) + "\n")
     meta["trace"] = {"clock": "x86-tsc", "threads": {"100": JOB_THREAD}, "lines": len(lines),
                      "dropped": 0}  # fmt: skip

@@ -19,14 +19,18 @@ from hvbench_analysis.model.validate import fit_chosen, validation_summary
 # `hvbench model fit`
 
 
-def fit_folder(results: Path, names: list[str], out: Path) -> tuple[Model, pd.DataFrame]:
-    """Fit, validate and save the model of the completed runs in a results folder."""
+def fit_folder(
+    results: Path, names: list[str], out: Path, references: list[str] | None = None
+) -> tuple[Model, pd.DataFrame]:
+    """Fit, validate and save the model of the completed runs in a results folder; a traced
+    reference among them, or among `references` (run names there), gives the simulated form."""
     runs = load_runs(run_dirs(results, names))
     for name, reason in runs.skipped:
         print(f"model: skipped {name}: {reason}", file=sys.stderr)
     for run in runs.left_out:
         print(f"model: left out {run.run_id} ({run.state}): {run.reason}", file=sys.stderr)
-    table, simulator = with_simulation(run_table(runs), runs.runs)
+    traced = load_runs(run_dirs(results, references)).runs if references else runs.runs
+    table, simulator = with_simulation(run_table(runs), traced)
     fitted, validation = fit_chosen(table)
     fitted.simulator = simulator
     save(fitted, validation, out, {"results": str(results), "runs": names or "all"})
@@ -41,12 +45,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", required=True, help="the runs' folder, e.g. results/<campaign>")
     p.add_argument("--runs", default="", help="comma-separated run names or globs (default all)")
     p.add_argument("--out", help="where the model goes (default <results>/model)")
+    p.add_argument(
+        "--references",
+        default="",
+        help="traced runs without a reservation (names or globs) the simulated form replays, "
+        "when they are not among --runs",
+    )
     args = p.parse_args(argv)
     results = Path(args.results)
     out = Path(args.out) if args.out else results / "model"
     names = [n.strip() for n in args.runs.split(",") if n.strip()]
+    references = [n.strip() for n in args.references.split(",") if n.strip()]
     try:
-        fitted, validation = fit_folder(results, names, out)
+        fitted, validation = fit_folder(results, names, out, references)
     except (ModelError, OSError) as e:
         print(f"hvbench model: {e}", file=sys.stderr)
         return 1

@@ -14,7 +14,7 @@ import pandas as pd
 from hvbench_analysis import bounds, figures, tables
 from hvbench_analysis.labels import config_label
 from hvbench_analysis.load import Runs
-from hvbench_analysis.prediction import Reference, references, workload
+from hvbench_analysis.prediction import Reference, all_references, workload
 from hvbench_analysis.report.page import OutDirs, Page, safe_name, table_with_note
 from hvbench_analysis.stats import percentile
 from hvbench_analysis.tables import by_config
@@ -42,15 +42,16 @@ def reservations(tags: dict, sched_metas: list) -> list[dict]:
     return [requested]
 
 
-def interval(reference: Reference, tags: dict, found: list[dict], p: float):
-    """(low, high) of a statistic over the reference's blocks, the whole's value included."""
-    table = reference.table
-    edges = np.linspace(0, len(table), BLOCKS + 1).astype(int)
-    blocks = [table.iloc[lo:hi] for lo, hi in itertools.pairwise(edges) if hi > lo]
+def interval(refs: list[Reference], tags: dict, found: list[dict], p: float):
+    """(low, high) of a statistic over every reference of the workload, whole and in blocks."""
     values = []
-    for block in [table, *blocks]:
-        late = reference.predicted(block, tags, found)
-        values.append(float(percentile(late, p)) / 1e6)
+    for reference in refs:
+        table = reference.table
+        edges = np.linspace(0, len(table), BLOCKS + 1).astype(int)
+        blocks = [table.iloc[lo:hi] for lo, hi in itertools.pairwise(edges) if hi > lo]
+        for block in [table, *blocks]:
+            late = reference.predicted(block, tags, found)
+            values.append(float(percentile(late, p)) / 1e6)
     return min(values), max(values)
 
 
@@ -60,12 +61,14 @@ def flag(measured: dict, ranges: dict) -> str:
     return BELOW if all(measured[s] < ranges[s][0] for s in TAIL) else ""
 
 
-def row_of(tags, group, reference: Reference, found) -> tuple[dict, np.ndarray]:
-    """One configuration's table row, and its simulated latencies."""
+def row_of(tags, group, refs: list[Reference], found) -> tuple[dict, np.ndarray]:
+    """One configuration's table row, and its simulated latencies (from the first
+    reference; the range from all of them)."""
+    reference = refs[0]
     simulated = reference.predicted(reference.table, tags, found)
     ms = group["latency_ns"].to_numpy() / 1e6
     measured = {s: float(percentile(ms, p)) for s, p in {"p50": 50, **TAIL}.items()}
-    ranges = {s: interval(reference, tags, found, p) for s, p in TAIL.items()}
+    ranges = {s: interval(refs, tags, found, p) for s, p in TAIL.items()}
     row = {"Configuration": config_label(tags), "Reference": reference.run_id,
            "Measured p50 (ms)": measured["p50"],
            "Simulated p50 (ms)": float(percentile(simulated, 50)) / 1e6}  # fmt: skip
@@ -110,18 +113,18 @@ def error_summary(rows: list[dict]) -> pd.DataFrame:
 
 def simulated_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutDirs) -> None:
     """The table and one ECDF overlay per configuration; nothing without a reference."""
-    found_refs = references(runs.runs)
+    found_refs = all_references(runs.runs)
     if not found_refs:
         return
     readbacks = bounds.readbacks_by_run(runs.runs)
     rows, skipped, drawn, errs = [], [], [], []
     for tags, group in by_config(runs.measured):
-        reference = found_refs.get(workload(tags))
-        if reference is None or str(tags["sched"]) == "none":
+        refs = found_refs.get(workload(tags))
+        if not refs or str(tags["sched"]) == "none":
             continue
         metas = [readbacks.get(run_id) for run_id in group["run_id"].unique()]
         try:
-            row, simulated = row_of(tags, group, reference, reservations(tags, metas))
+            row, simulated = row_of(tags, group, refs, reservations(tags, metas))
         except ValueError as e:  # prediction.NotModelled, or a setting it cannot take
             skipped.append(f"{config_label(tags)}: {e}")
             continue
@@ -146,8 +149,8 @@ NOTE = (
     "the configuration's setting as read back (docs/simulate.md): each record's measured "
     "latency plus what the setting's server adds over none (a CPU quota on the whole JVM: "
     "its budget less the share of a CPU the JVM's other work took in the reference). Range: "
-    f"the statistic simulated on the whole reference and on each of its {BLOCKS} consecutive "
-    "blocks alone. Flag: "
+    "the statistic simulated on each traced reference of the workload (the one with the most "
+    f"records gives the value), whole and in {BLOCKS} consecutive blocks alone. Flag: "
     f"{NOT_EXPLAINED!r} where the measured p99 or maximum is above its simulated range (the "
     f"setting alone does not explain that tail); {BELOW!r} where both are below it."
 )

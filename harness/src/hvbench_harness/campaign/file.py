@@ -28,8 +28,11 @@ SEARCH_METHODS = ("linear", "binary")
 TOP_KEYS = {"description", "target", "repetitions", "order", "seed", "settings", "grid"}
 TOP_KEYS |= {"points", "search"}
 SEARCH_KEYS = {"slo_p99_ms", "rates_per_s", "method", "duration_s"}
-MODEL_SEARCH_KEYS = {"method", "slo", "knob", "values", "max_runs", "stable"}
+MODEL_SEARCH_KEYS = {"method", "slo", "knob", "values", "max_runs", "stable", "reference"}
 KNOBS = ("budget", "cap", "weight")
+# A point's scheduler settings, which its model search's reference run leaves out.
+RESERVATION = ("sched", "budget", "period", "priority", "extratime", "weight", "cap", "tslice_us",
+               "ratelimit_us")  # fmt: skip
 # Campaign settings: the run request's fields (spec.FIELDS) but the target, which the file
 # names once, and rate (records/s over the network's detectors) instead of send_ms.
 SETTING_KEYS = set(spec.CAMPAIGN_KEYS)
@@ -69,6 +72,12 @@ class Point:
         settings["records"] = max(self.detectors(), round(rate_per_s * duration_s))
         return Point(f"{self.id}-rate{rate_per_s:g}", settings)
 
+    def reference(self) -> Point:
+        """The point without a reservation, traced: a model search's reference at its rate."""
+        kept = {k: v for k, v in self.settings.items() if k not in RESERVATION}
+        rate = f"{self.rate_per_s():g}"
+        return Point(f"reference-rate{rate}", {**kept, "sched": "none", "trace": True})
+
     def at(self, knob: str, value: float) -> Point:
         """The point at one value of the model search's knob."""
         number = int(value) if float(value).is_integer() else value
@@ -95,6 +104,9 @@ class ModelSearch:
     max_runs: int | None  # None: the full grid's number
     stable: int = 2  # stop once the advice stayed the same over this many more runs
     method: str = "model"
+    # first a traced run without a reservation at each rate, and each point starts at the
+    # value the reservation simulator advises from it (docs/simulate.md)
+    reference: bool = False
 
 
 @dataclass
@@ -330,7 +342,11 @@ def _model_search(value: dict, errors: list[str]) -> ModelSearch:
     for name, number in (("max_runs", max_runs), ("stable", stable)):
         if number is not None and (not _positive(number) or not isinstance(number, int)):
             errors.append(f"search: {name} must be a whole number ≥ 1, not {number!r}")
-    return ModelSearch(str(value.get("slo")), knob, values, max_runs, stable)
+    reference = value.get("reference", False)
+    if not isinstance(reference, bool):
+        errors.append(f"search: reference must be true or false, not {reference!r}")
+    slo = str(value.get("slo"))
+    return ModelSearch(slo, knob, values, max_runs, stable, reference=reference is True)
 
 
 def _positive(value) -> bool:

@@ -2,7 +2,11 @@
 of the knob, runs one setting at a time where the performance model is least certain of the
 answer.
 
-1. Each point first runs at the smallest, the largest and the middle value.
+1. Each point first runs at the smallest, the largest and the middle value. With `reference:
+   true`, a traced run without a reservation runs first at each rate, and each point starts
+   instead at the value the reservation simulator advises from it (the smallest whose
+   simulated statistic meets the SLO) and at the value below it; the model then also learns
+   the residual between the runs and the simulator (hvbench_analysis.model, form simulated).
 2. Then, after each run, the model (hvbench_analysis.model) is fitted to every run done so far
    and asked, for each point, for the advice (the smallest value whose 90 % interval stays
    within the SLO, hvbench_analysis.advice). The next run goes to the (point, value) whose
@@ -51,14 +55,19 @@ class Search:
         self.done: list[str] = []  # the runs done, in the search's order (a resume replays it)
         self.setting_of: dict[str, tuple[str, float]] = {}  # run id → (point id, value)
         self.measured: dict[tuple[str, float], list[float]] = {}  # the SLO's statistic per run
+        self.references: list[str] = []  # the traced runs without a reservation (reference)
 
     def run(self) -> None:
         self.record["steps"] = []  # replayed from the runs done before
         for point in self.campaign.points:
             self.record["points"][point.id] = {"settings": point.settings, "runs": []}
-        for value in first_values(self.search.values):
+        starts = self.simulated_starts() if self.search.reference else {}
+        plan = {p.id: starts.get(p.id) or first_values(self.search.values)
+                for p in self.campaign.points}  # fmt: skip
+        for i in range(max(len(values) for values in plan.values())):
             for point in self.campaign.points:
-                self.run_at(point, value)
+                if i < len(plan[point.id]):
+                    self.run_at(point, plan[point.id][i])
         limit = self.search.max_runs or self.campaign.grid_runs()
         while sum(self.tried.values()) < limit:
             fitted = self.fit()
@@ -84,11 +93,48 @@ class Search:
             self.done.append(entry["run_id"])
             self.setting_of[entry["run_id"]] = (point.id, value)
 
+    def simulated_starts(self) -> dict[str, list[float]]:
+        """The reference of each rate run, then each point's first values: the simulator's
+        advice and the value below it (none where no value meets the SLO in the simulation,
+        or the reference failed)."""
+        for point in self.campaign.points:
+            reference = point.reference()
+            if (reference.id, 0) in self.tried:
+                continue
+            self.tried[(reference.id, 0)] = 1
+            entry = self.runner.run_one(reference, 1, f"[{reference.id}, the reference]")
+            if entry["status"] == "done":
+                self.references.append(entry["run_id"])
+        self.record["references"] = self.references
+        if not self.references:
+            return {}
+        runs = load_runs(run_dirs(self.runner.folder, self.references)).runs
+        simulator = model.Simulator.of(runs)
+        starts = {}
+        for point in self.campaign.points:
+            advised = self.simulated_advice(simulator, point) if simulator else None
+            if advised is not None:
+                starts[point.id] = [v for v in (advised, self.below(advised)) if v is not None]
+        self.record["simulated_start"] = starts
+        return starts
+
+    def simulated_advice(self, simulator, point) -> float | None:
+        """The smallest value whose simulated SLO statistic meets the SLO."""
+        asked = asked_of(point, self.campaign.target, self.search.knob)
+        for value in self.search.values:
+            found = simulator.statistics({**asked, self.search.knob: value})
+            if found[f"{model.SIM}{self.slo.statistic}"] <= self.slo.limit_ms:
+                return value
+        return None
+
     def fit(self) -> model.Model | None:
         """The model of every run done; None where it cannot be fitted yet."""
         try:
             runs = load_runs(run_dirs(self.runner.folder, self.done))
-            table, simulator = model.with_simulation(model.run_table(runs), runs.runs)
+            traced = runs.runs
+            if self.references:
+                traced = load_runs(run_dirs(self.runner.folder, self.references)).runs
+            table, simulator = model.with_simulation(model.run_table(runs), traced)
             self.measured = {}
             for run_id, statistic in zip(table["run_id"], table[self.slo.statistic], strict=True):
                 self.measured.setdefault(self.setting_of[run_id], []).append(statistic)
@@ -198,7 +244,7 @@ class Search:
         )
         folder: Path = self.runner.folder
         try:
-            fitted, _ = model.fit_folder(folder, self.done, folder / "model")
+            fitted, _ = model.fit_folder(folder, self.done, folder / "model", self.references)
         except model.ModelError as e:
             self.record["model"] = f"not fitted: {e}"
             self.runner.index.save()

@@ -1,0 +1,141 @@
+"""The adaptive campaign that starts from the simulator (search: {reference: true}), on a
+stand-in harness: a traced run without a reservation is each rate's reference (4 ms of CPU a
+record, 5 ms end to end), and a SCHED_DEADLINE run's latencies are 1.15 × what the reservation
+simulator gives for its budget from that reference. The full grid of 32 runs against the
+search, which must reach the same advice with at most a third of them."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+import yaml
+from hvbench_analysis import model
+from hvbench_analysis.load import load_runs, run_dirs
+from hvbench_analysis.model import advice
+from hvbench_harness import campaign
+from test_campaign import run_args
+from test_model_search import STAND_IN_ARGS
+
+VALUES = [10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000]
+RATES = (60, 120)
+SLO = "p99 <= 30"
+RELATION = textwrap.dedent(
+    """
+    import numpy as np
+    import pandas as pd
+    from hvbench_analysis import prediction
+
+    MS, RECORDS = 1_000_000, 600
+
+    def deadline_latencies_ns(budget_us, period_ms, seed):
+        sent = np.arange(RECORDS, dtype=np.int64) * round(period_ms * 1e6 / 6)
+        table = pd.DataFrame({"detector": "d", "seq": np.arange(RECORDS), "sent_ns": sent,
+                              "from_ns": sent, "cpu_ns": 4 * MS, "latency_ns": 5 * MS})
+        found = [{"budget_us": budget_us, "period_us": 100_000}]
+        late = prediction.predicted(table, "bare", "deadline", found)["latency_ns"]
+        noise = np.random.default_rng(seed).normal(1.0, 0.01, RECORDS)
+        return np.round(1.15 * late.to_numpy() * noise).astype(np.int64)
+    """
+)
+FAKE = (
+    RELATION
+    + STAND_IN_ARGS
+    + textwrap.dedent(
+        """
+    where, period_ms = pathlib.Path(a.results) / a.run_id, float(a.period_ms)
+    common = {"rep": int(a.rep), "campaign": a.campaign, "producer_period_ms": period_ms}
+    if a.sched == "none":  # the reference: 4 ms of CPU a record, 5 ms end to end
+        write_run(where, np.full(RECORDS, 5 * MS), requested={"trace": True}, **common)
+        add_cpu_trace(where, 4 * MS)
+    else:
+        latency = deadline_latencies_ns(int(a.budget), period_ms, zlib.crc32(a.run_id.encode()))
+        write_run(where, latency, sched=a.sched, budget=int(a.budget), period=int(a.period),
+                  **common)
+    """
+    )
+)
+namespace: dict = {}
+exec(RELATION, namespace)
+
+
+def definition() -> dict:
+    search = {"method": "model", "slo": SLO, "knob": "budget", "values": VALUES,
+              "reference": True}  # fmt: skip
+    return {
+        "description": "the smallest budget for p99 <= 30 ms, from the simulator",
+        "target": "bare",
+        "repetitions": 2,
+        "points": [{"sched": "deadline", "period": 100_000, "rate": r} for r in RATES],
+        "search": search,
+    }
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("search")
+    script = tmp / "fake_run.py"
+    script.write_text(FAKE)
+    path = tmp / "from-simulator.yml"
+    path.write_text(yaml.safe_dump(definition()))
+    code = campaign.run_campaign(
+        campaign.load(path), run_args(tmp), harness=(sys.executable, str(script))
+    )
+    folder = tmp / "results" / "from-simulator"
+    return code, json.loads((folder / "campaign.json").read_text()), folder
+
+
+def full_grid_advice(folder) -> dict:
+    """The advice from every point at every value (the grid), with the same references."""
+    latencies = namespace["deadline_latencies_ns"]
+    from hvbench_analysis.synthetic import write_run
+
+    for rate in RATES:
+        for budget in VALUES:
+            for rep in (1, 2):
+                write_run(folder / f"grid-r{rate}-b{budget}-{rep}",
+                          latencies(budget, 6000 / rate, seed=budget + rate + rep),
+                          sched="deadline", budget=budget, period=100_000, rep=rep,
+                          producer_period_ms=6000 / rate)  # fmt: skip
+    runs = load_runs(run_dirs(folder, ["grid-*"]))
+    traced = load_runs(run_dirs(folder, ["reference-*"])).runs
+    table, simulator = model.with_simulation(model.run_table(runs), traced)
+    fitted = model.fit_chosen(table, ("p99",))[0]
+    fitted.simulator = simulator
+    asked = {"sched": "deadline", "period": 100_000, "knob": "budget", "target": "bare"}
+    slo = advice.parse_slo(SLO)
+    return {r: advice.advise(fitted, asked | {"rate": r}, slo, VALUES).value for r in RATES}
+
+
+@pytest.mark.slow  # a whole adaptive campaign: the slow tier
+def test_from_the_simulator_the_search_reaches_the_grids_advice_in_a_third_of_its_runs(searched):
+    code, index, folder = searched
+    assert code == 0
+    search = index["search"]
+    assert search["grid_runs"] == len(VALUES) * len(RATES) * 2 == 32
+    assert search["runs"] <= search["grid_runs"] / 3, search["runs"]  # the references counted
+    found = {6000 / p["settings"]["send_ms"]: p["advice"]["value"]
+             for p in search["points"].values()}  # fmt: skip
+    assert found == full_grid_advice(folder)
+
+
+@pytest.mark.slow  # a whole adaptive campaign: the slow tier
+def test_the_references_run_first_and_each_point_starts_at_the_simulated_advice(searched):
+    _, index, _ = searched
+    first = index["runs"][: len(RATES)]
+    assert [e["settings"]["sched"] for e in first] == ["none"] * len(RATES)
+    assert all(e["settings"]["trace"] is True for e in first)
+    search = index["search"]
+    assert search["references"] == [e["run_id"] for e in first]
+    for point, values in search["simulated_start"].items():
+        budgets = [e["settings"]["budget"] for e in index["runs"] if e["run_id"].startswith(point)]
+        assert budgets[: len(values)] == values  # the simulator's advice, then the one below
+
+
+def test_reference_must_be_true_or_false(tmp_path):
+    doc = definition()
+    doc["search"]["reference"] = "yes"
+    path = tmp_path / "bad.yml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(campaign.CampaignError, match="reference must be true or false"):
+        campaign.load(path)
