@@ -56,6 +56,7 @@ class Search:
         self.setting_of: dict[str, tuple[str, float]] = {}  # run id → (point id, value)
         self.measured: dict[tuple[str, float], list[float]] = {}  # the SLO's statistic per run
         self.references: list[str] = []  # the traced runs without a reservation (reference)
+        self.simulator: model.Simulator | None = None  # built once from them
 
     def run(self) -> None:
         self.record["steps"] = []  # replayed from the runs done before
@@ -109,7 +110,7 @@ class Search:
         if not self.references:
             return {}
         runs = load_runs(run_dirs(self.runner.folder, self.references)).runs
-        simulator = model.Simulator.of(runs)
+        self.simulator = simulator = model.Simulator.of(runs)
         starts = {}
         for point in self.campaign.points:
             advised = self.simulated_advice(simulator, point) if simulator else None
@@ -131,10 +132,11 @@ class Search:
         """The model of every run done; None where it cannot be fitted yet."""
         try:
             runs = load_runs(run_dirs(self.runner.folder, self.done))
-            traced = runs.runs
-            if self.references:
-                traced = load_runs(run_dirs(self.runner.folder, self.references)).runs
-            table, simulator = model.with_simulation(model.run_table(runs), traced)
+            table, simulator = model.run_table(runs), self.simulator
+            if simulator is not None:  # the references' traces, read once (simulated_starts)
+                table = simulator.columns(table)
+            else:
+                table, simulator = model.with_simulation(table, runs.runs)
             self.measured = {}
             for run_id, statistic in zip(table["run_id"], table[self.slo.statistic], strict=True):
                 self.measured.setdefault(self.setting_of[run_id], []).append(statistic)
