@@ -12,8 +12,7 @@ MODEL_DIR ?= artifacts/forecaster
 SEED      ?= 42
 DAYS      ?= $(if $(filter bay,$(NETWORK)),7,30)
 START     ?= 2024-03-01
-# A variable must be known here (`?=`) or to the run request: `make run RECORD=100` is refused
-# with the closest name, not run with 20,000 records; one in the environment would act unseen.
+# A variable is known here (`?=`) or to the run request, else refused (with the closest name).
 UNKNOWN_VARS := $(if $(MAKEOVERRIDES),$(shell $(SPEC) check-make Makefile $(foreach v,$(MAKEOVERRIDES),$(firstword $(subst =, ,$(v))))))
 $(if $(UNKNOWN_VARS),$(error $(UNKNOWN_VARS)))
 FROM_ENV := $(strip $(foreach v,$(shell $(SPEC) make-names Makefile),$(if $(filter environment%,$(origin $(v))),$(v))))
@@ -26,6 +25,7 @@ RUN      ?=
 ENFORCE  ?=
 # make report's, make model's and make advise's (docs/running.md, docs/model.md).
 RUNS        ?=
+REFERENCES  ?=
 OUT         ?= report
 REF         ?=
 DEADLINE_MS ?=

@@ -119,6 +119,13 @@ def test_the_advice_meets_the_slo_and_is_not_wasteful(fitted):
     assert "Smallest budget predicted to meet p99 ≤ 30 ms" in advice.advice_text(found)
 
 
+def test_only_the_values_within_what_the_runs_covered_are_answerable(fitted):
+    asked = {"sched": "deadline", "rate": 60}
+    values = [5_000, 10_000, 50_000, 90_000, 95_000]
+    assert advice.answerable(fitted, asked, values) == [10_000, 50_000, 90_000]
+    assert advice.answerable(fitted, {**asked, "rate": 480}, values) == []
+
+
 def test_an_slo_out_of_reach_says_so(fitted):
     found = advice.advise(fitted, {"sched": "deadline", "rate": 60}, advice.parse_slo("max<=1"))
     assert found.value is None and found.predicted is None

@@ -7,6 +7,7 @@ search, which must reach the same advice with at most a third of them."""
 import json
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -14,6 +15,8 @@ from hvbench_analysis import model
 from hvbench_analysis.load import load_runs, run_dirs
 from hvbench_analysis.model import advice
 from hvbench_harness import campaign
+from hvbench_harness.campaign import model_search
+from hvbench_harness.campaign.file import ModelSearch
 from test_campaign import run_args
 from test_model_search import STAND_IN_ARGS
 
@@ -139,3 +142,34 @@ def test_reference_must_be_true_or_false(tmp_path):
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(campaign.CampaignError, match="reference must be true or false"):
         campaign.load(path)
+
+
+def search_at(tried: dict, measured: dict) -> tuple[model_search.Search, SimpleNamespace]:
+    """A search of one point with these runs done (value → runs, value → their p99)."""
+    point = SimpleNamespace(id="p01")
+    found = ModelSearch(slo=SLO, knob="budget", values=VALUES, max_runs=None, reference=True)
+    plan = SimpleNamespace(search=found, points=[point], repetitions=1, target="bare")
+    runner = SimpleNamespace(campaign=plan, index=SimpleNamespace(doc={"search": {}}))
+    search = model_search.Search(runner, log=print)
+    search.tried = {("p01", v): n for v, n in tried.items()}
+    search.measured = {("p01", v): found for v, found in measured.items()}
+    return search, point
+
+
+def test_without_an_advice_the_search_climbs_above_its_largest_run():
+    # the simulator advised 30 ms and both runs from there missed the SLO: nothing the model
+    # can answer for meets it, so the next run is the next value above, up to the largest
+    search, point = search_at({20_000: 1, 30_000: 1}, {20_000: [90.0], 30_000: [45.0]})
+    for advised in (None, "uncertain"):
+        assert not search.bracketed(point, advised)
+        assert search.to_measure(point, advised) == 40_000
+    search.tried[("p01", 80_000)] = 1
+    assert search.bracketed(point, None) and search.to_measure(point, None) is None
+
+
+def test_an_advice_is_bracketed_by_a_miss_below_it_or_the_value_below_runs_next():
+    search, point = search_at({20_000: 1, 30_000: 1}, {20_000: [45.0], 30_000: [12.0]})
+    assert search.bracketed(point, 30_000) and search.to_measure(point, 30_000) is None
+    # both starts met the SLO: the advice at the lower one lacks a run below it
+    search, point = search_at({20_000: 1, 30_000: 1}, {20_000: [25.0], 30_000: [12.0]})
+    assert not search.bracketed(point, 20_000) and search.to_measure(point, 20_000) == 10_000

@@ -145,6 +145,15 @@ def test_make_help_lists_the_targets_and_the_run_variables():
         assert name in out
 
 
+def test_every_variable_a_target_names_in_its_help_is_known():
+    # `## CAMPAIGN=... [RUNS= REFERENCES=]`: each NAME= there must pass make's own check
+    text = (REPO / "Makefile").read_text()
+    helps = re.findall(r"^[\w -]+:.*?## (.*)$", text, re.M)
+    named = {name for line in helps for name in re.findall(r"\b([A-Z][A-Z0-9_]+)=", line)}
+    assert {"CAMPAIGN", "RUNS", "REFERENCES", "SLO"} <= named
+    assert spec.check_make(str(REPO / "Makefile"), sorted(named)) == ""
+
+
 def test_the_tables_detector_counts_are_the_networks():
     from hvbench_job import networks
 

@@ -1,9 +1,11 @@
-"""The performance model and the budget advisor on real runs: a small campaign on the bare
-target under SCHED_DEADLINE (the job's threads as a constant-bandwidth server, the mechanism
-of the reference study's CBS reservations) over three budgets and two rates, the model fitted
-to it through `make model`, an advice asked through `make advise VERIFY=1` and the confirming
-run made and checked. Marker slow: make test-testbed runs it after the testbed modules, alone
-(seven real runs take two minutes, and their CPU load starves the TCG guests' boot)."""
+"""The performance model and the budget advisor on real runs: an adaptive campaign on the bare
+target under SCHED_DEADLINE (the job's threads as constant-bandwidth servers, the mechanism of
+the reference study's CBS reservations) at two rates, which starts from the reservation
+simulator (`search: {reference: true}`): a traced run without a reservation at each rate, then
+each rate at the budget the simulator advises from it. The model is fitted again to the search's
+runs through `make model`, an advice asked through `make advise VERIFY=1` and the confirming run
+made and checked. Marker slow: make test-testbed runs it beside the testbed modules (five real
+runs and one to confirm take two minutes)."""
 
 import json
 import shutil
@@ -18,8 +20,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "itest-model"
-BUDGETS = (10_000, 25_000, 55_000)  # three threads: admission control allows up to ~63 %
+BUDGETS = [10_000, 25_000, 55_000]  # three threads: admission control allows up to ~63 %
 RATES = (60, 120)
+MAX_RUNS = 5  # the two references, then at least one run at each rate
 
 
 def make(*words: str, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -28,31 +31,31 @@ def make(*words: str, timeout: float = 1800) -> subprocess.CompletedProcess:
     )
 
 
+def search_file(folder: Path) -> Path:
+    file = folder / f"{NAME}.yml"
+    search = {"method": "model", "slo": "p99 <= 100", "knob": "budget", "values": BUDGETS,
+              "max_runs": MAX_RUNS, "reference": True}  # fmt: skip
+    definition = {
+        "description": "the smallest budget for p99 <= 100 ms, from the simulator",
+        "target": "bare",
+        "repetitions": 1,
+        "settings": {"records": 360, "warmup": 1, "drain": 15},
+        "points": [{"sched": "deadline", "period": 100_000, "rate": r} for r in RATES],
+        "search": search,
+    }
+    file.write_text(yaml.safe_dump(definition))
+    return file
+
+
 @pytest.fixture(scope="module")
 def advised(small_data, small_model, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("model")
-    file = tmp / f"{NAME}.yml"
-    points = [
-        {"sched": "deadline", "budget": b, "period": 100_000, "rate": r}
-        for b in BUDGETS
-        for r in RATES
-    ]
-    settings = {"records": 360, "warmup": 1, "drain": 15}
-    file.write_text(
-        yaml.safe_dump(
-            {
-                "description": "budgets × rates for the model",
-                "target": "bare",
-                "repetitions": 1,
-                "order": "shuffled",
-                "settings": settings,
-                "points": points,
-            }
-        )
-    )
+    file = search_file(tmp)
     inputs = [f"DATA_DIR={small_data[0]}", f"MODEL_DIR={small_model}", f"RESULTS={tmp}"]
     campaign = make("campaign", f"CAMPAIGN={file}", *inputs)
-    fitted = make("model", f"CAMPAIGN={file}", f"RESULTS={tmp}")
+    fitted = make(
+        "model", f"CAMPAIGN={file}", f"RESULTS={tmp}", "RUNS=p*", "REFERENCES=reference-*"
+    )
     folder = tmp / NAME
     table = model.read_table(folder / "model" / model.RUNS_FILE)
     # an SLO the runs leave room for: five times the largest p99 measured
@@ -65,30 +68,47 @@ def advised(small_data, small_model, tmp_path_factory):
     return campaign, fitted, advice, folder, limit
 
 
-def test_the_campaign_runs_every_point(advised):
+def test_the_search_runs_the_references_first_then_the_simulators_advice(advised):
     campaign, _, _, folder, _ = advised
     assert campaign.returncode == 0, campaign.stdout[-3000:] + campaign.stderr[-3000:]
     index = json.loads((folder / "campaign.json").read_text())
-    assert [e["status"] for e in index["runs"]] == ["done"] * len(BUDGETS) * len(RATES)
+    runs, search = index["runs"], index["search"]
+    assert [e["status"] for e in runs] == ["done"] * len(runs)
+    assert len(RATES) + len(RATES) <= len(runs) == search["runs"] <= MAX_RUNS
+    first = runs[: len(RATES)]
+    assert [(e["settings"]["sched"], e["settings"]["trace"]) for e in first] == [
+        ("none", True)
+    ] * len(RATES)
+    assert search["references"] == [e["run_id"] for e in first]
+    for e in first:  # a real trace of the job's threads, which the simulator replays
+        trace = json.loads((folder / e["run_id"] / "meta.json").read_text())["trace"]
+        assert trace["lines"] > 0 and trace["threads"]
+    # each rate starts at the simulator's advice (and the value below it, if there is one)
+    assert sorted(search["simulated_start"]) == sorted(search["points"])
+    for point, values in search["simulated_start"].items():
+        assert values[0] in BUDGETS and values == sorted(values, reverse=True)
+        ran = [e["settings"]["budget"] for e in runs if e["run_id"].startswith(f"{point}-")]
+        assert ran[: len(values)] == values
+    assert search["model"] == str(folder / "model")
 
 
-def test_the_model_is_fitted_validated_and_saved_with_its_inputs(advised):
+def test_the_model_is_fitted_validated_and_saved_with_its_references(advised):
     _, fitted, _, folder, _ = advised
     assert fitted.returncode == 0, fitted.stdout + fitted.stderr
-    assert "held out one configuration at a time" in fitted.stdout
+    # a held-out validation needs three configurations that share settings: with a few runs
+    # the search may not have made them, and make model says which it is
+    assert "held out" in fitted.stdout
     doc = json.loads((folder / "model" / model.MODEL_FILE).read_text())
-    assert doc["runs"] == doc["configurations"] == 6
+    index = json.loads((folder / "campaign.json").read_text())
+    measured = [e["run_id"] for e in index["runs"] if e["settings"]["sched"] == "deadline"]
+    assert doc["runs"] == doc["configurations"] == len(measured)
     assert doc["inputs"]["dimensions"] == ["rate", "share", "capacity_ms"]
-    assert doc["source"]["results"] == str(folder)
-    validation = {row["Statistic"]: row for row in doc["validation"]}
-    assert list(validation) == list(model.STATISTICS)
-    # all but the two at the ends of the CPU reserved per record, which the others do not reach
-    assert all(row["Configurations held out"] == 4 for row in validation.values())
-    # the saved inputs rebuild the same model
+    assert sorted(doc["simulator"]["references"]) == sorted(index["search"]["references"])
+    # the saved inputs rebuild the same model, the simulator's columns from the references
     rebuilt, _ = model.load(folder / "model")
     table = model.read_table(folder / "model" / model.RUNS_FILE)
-    index = json.loads((folder / "campaign.json").read_text())
-    assert sorted(table["run_id"]) == sorted(e["run_id"] for e in index["runs"])
+    assert sorted(table["run_id"]) == sorted(measured)
+    assert (table[f"{model.SIM}p99"] > 0).all()
     assert (rebuilt.predict(table)["p99"] > 0).all()
 
 

@@ -123,15 +123,29 @@ def predictions(
     model: Model, asked: dict, values: np.ndarray | None = None
 ) -> tuple[str, dict, np.ndarray, pd.DataFrame]:
     """(knob, the settings held, the knob's values, the predictions at each): by default over
-    a fine grid of what the runs covered; ModelError where the model cannot answer."""
+    a fine grid of what the runs covered at these settings; ModelError where the model cannot
+    answer."""
     knob = asked.get("knob") or knob_of(model, asked["sched"])
     setting = held_setting(model, asked, knob)
-    values = grid(model, asked["sched"], knob) if values is None else np.asarray(values, float)
+    if values is None:  # the runs' values at other rates may lie outside what these covered
+        candidates = grid(model, asked["sched"], knob)
+        # none inside: all of them, and the check below says why
+        values = answerable(model, {**asked, "knob": knob}, candidates) or candidates
+    values = np.asarray(values, float)
     rows = pd.DataFrame([{**setting, knob: v} for v in values])
     outside = model.inputs.outside(with_derived(rows))
     if outside:
         raise ModelError("the model cannot answer for these settings: " + "; ".join(outside))
     return knob, setting, values, model.predict(rows)
+
+
+def answerable(model: Model, asked: dict, values) -> list[float]:
+    """Those of `values` the model can answer for at the asked settings: within what the runs
+    covered (an adaptive search's runs may not reach every candidate yet)."""
+    knob = asked.get("knob") or knob_of(model, asked["sched"])
+    setting = held_setting(model, asked, knob)
+    rows = with_derived(pd.DataFrame([{**setting, knob: float(v)} for v in values]))
+    return [v for i, v in enumerate(values) if not model.inputs.outside(rows.iloc[[i]])]
 
 
 def advise(model: Model, asked: dict, slo: Slo, values=None) -> Advice:

@@ -156,14 +156,21 @@ class Search:
             found[point.id] = "unknown"
             if fitted is None:
                 continue
-            asked = asked_of(point, self.campaign.target, self.search.knob)
             try:
-                found_here = advisor.advise(fitted, asked, self.slo, self.search.values)
+                found_here = self.advise(fitted, point)
             except model.ModelError:
                 continue
             uncertain = found_here.value is None and found_here.crossing["median"] is not None
             found[point.id] = "uncertain" if uncertain else found_here.value
         return found
+
+    def advise(self, fitted: model.Model, point) -> advisor.Advice:
+        """The advice among the values the runs so far let the model answer for."""
+        asked = asked_of(point, self.campaign.target, self.search.knob)
+        values = advisor.answerable(fitted, asked, self.search.values)
+        if not values:
+            raise model.ModelError(f"{point.id}: no value within what the runs covered")
+        return advisor.advise(fitted, asked, self.slo, values)
 
     def settled(self) -> bool:
         """The advice stayed the same over the last `stable` runs, is known, and every point's
@@ -181,12 +188,18 @@ class Search:
         """The search's value just below the advice; None at the smallest."""
         return next((v for v in reversed(self.search.values) if v < advised), None)
 
+    def above(self, point) -> float | None:
+        """The search's value just above the largest run at that point; None at the largest."""
+        ran = [v for v in self.search.values if (point.id, v) in self.tried]
+        return next((v for v in self.search.values if ran and v > max(ran)), None)
+
     def bracketed(self, point, advised: float | str | None) -> bool:
         """The runs at that point say what they can of the advice: one ran at it, and below it
-        one missed the SLO or every repetition ran (or it is the smallest value). True where
-        there is no advice value."""
+        one missed the SLO or every repetition ran (or it is the smallest value). Without an
+        advice value (none met the SLO, or none surely): the largest value ran (a search from
+        the simulator's advice has not run them all)."""
         if not isinstance(advised, int | float):
-            return True
+            return self.above(point) is None
         below = self.below(advised)
         missed = any(r > self.slo.limit_ms for r in self.measured.get((point.id, below), []))
         ran = (point.id, advised) in self.tried
@@ -194,9 +207,12 @@ class Search:
 
     def to_measure(self, point, advised: float | str | None) -> float | None:
         """The run an advice lacks to be bracketed: at the advice if none ran there; else
-        below it, while that value can run again. None otherwise (the model then chooses)."""
+        below it, while that value can run again; without an advice value, the next above the
+        largest run. None otherwise (the model then chooses)."""
         if self.bracketed(point, advised):
             return None
+        if not isinstance(advised, int | float):
+            return self.above(point)
         if (point.id, advised) not in self.tried:
             return advised
         below = self.below(advised)
@@ -231,8 +247,12 @@ class Search:
         if fitted is not None:
             asked = asked_of(point, self.campaign.target, self.search.knob)
             try:
-                _, _, _, predicted = advisor.predictions(fitted, asked, values)
-                return list(advisor.least_certain(predicted, self.slo))
+                inside = advisor.answerable(fitted, asked, values)
+                if inside:  # the values outside what the runs covered: never the model's pick
+                    _, _, _, predicted = advisor.predictions(fitted, asked, inside)
+                    scores = advisor.least_certain(predicted, self.slo)
+                    found = dict(zip(inside, scores, strict=True))
+                    return [found.get(v, float("inf")) for v in values]
             except model.ModelError:
                 pass
         run = [v for v in self.search.values if (point.id, v) in self.tried]
@@ -253,9 +273,8 @@ class Search:
             return
         self.record["model"] = str(folder / "model")
         for point in self.campaign.points:
-            asked = asked_of(point, self.campaign.target, self.search.knob)
             try:
-                found = advisor.advise(fitted, asked, self.slo, self.search.values)
+                found = self.advise(fitted, point)
             except model.ModelError as e:
                 self.record["points"][point.id]["advice"] = f"none: {e}"
                 continue
