@@ -77,3 +77,19 @@ def test_a_grid_with_one_output_file_is_refused(capsys):
     args = ["--run", "x", "--sched", "deadline", "--budgets", "1000,2000", "--out", "p.csv"]
     assert predict.main(args) == 2
     assert "--out takes one setting" in capsys.readouterr().err
+
+
+def test_credit_beside_a_busy_neighbour_takes_the_weights_from_the_command_line(capsys):
+    # one record of 100 ms of CPU beside a busy vCPU of the same weight, the accounting from
+    # its window's start: done 161 ms after it (worked out in test_credit.py), 61 ms more
+    heavy = records().iloc[:1].assign(cpu_ns=100 * MS, latency_ns=105 * MS)
+    setting = validate("xen", "credit")
+    alone = predict.predicted(heavy, "xen", setting)
+    beside = predict.predicted(heavy, "xen", setting, beside=(256,))
+    assert alone["latency_ns"].tolist() == [105 * MS]
+    assert beside["latency_ns"].tolist() == [(105 + 61) * MS]
+    args = predict.parse_args(["--run", "x", "--sched", "credit", "--beside", "256,512"])
+    assert args.beside == (256, 512)
+    with pytest.raises(SystemExit):
+        predict.parse_args(["--run", "x", "--sched", "credit", "--beside", "256;rm"])
+    assert "weights as 256,512" in capsys.readouterr().err

@@ -20,7 +20,9 @@ of each (target, scheduler):
   the domain's cap, alone in its pool (no cap: none). The job is served one record at a time,
   so on one vCPU at a time: Credit splits a domain's cap over its active vCPUs (csched_acct),
   and with all of them active (the worst case) each gets cap / vcpus; Credit2's budget is the
-  domain's, so a cap of 100 or more never runs out for one vCPU's work.
+  domain's, so a cap of 100 or more never runs out for one vCPU's work. Credit beside other
+  domains' always-busy vCPUs on its CPU (`beside`: their weights; its own `weight`, the pool's
+  `tslice_us` and `ratelimit_us`): credit.credit_beside.
 
     late = predicted(table, "bare", "deadline", [{"budget_us": 5000, "period_us": 100000}])
     late = predicted(table, "bare", "cfs-quota", [{...}], demand.background_share(table, meta))
@@ -35,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis import demand, results, simulate
+from hvbench_analysis import credit, demand, results, simulate
 from hvbench_analysis.stats import percentile
 
 US = 1_000
@@ -58,6 +60,8 @@ def server(sched: str, reservation: dict) -> Server:
     → done times (ns)."""
     budget, period = reservation.get("budget_us"), reservation.get("period_us")
     cap = reservation.get("cap")
+    if reservation.get("beside"):
+        return beside_neighbours(sched, reservation)
     if sched in ("none", "fifo") or (sched == "rtds" and reservation.get("extratime")):
         return simulate.unconstrained
     if sched in ("cfs-quota", "cfs", "rtds", "deadline"):
@@ -80,6 +84,20 @@ def server(sched: str, reservation: dict) -> Server:
     if cap >= 100:
         return simulate.unconstrained
     return lambda a, c: simulate.credit2_cap(a, c, int(cap))
+
+
+def beside_neighbours(sched: str, reservation: dict) -> Server:
+    """Credit on one CPU beside always-busy vCPUs of other domains (`beside`: their weights)."""
+    if sched != "credit":
+        raise NotModelled(f"busy neighbours beside SCHED={sched} have no model (Credit has)")
+    if reservation.get("cap") or (reservation.get("vcpus") or 1) > 1:
+        raise NotModelled("Credit beside busy neighbours: one vCPU without a cap only")
+    weight = int(reservation.get("weight") or credit.DEFAULT_WEIGHT)
+    beside = [int(w) for w in reservation["beside"]]
+    tslice = round((reservation.get("tslice_us") or 30_000) * US)
+    limit = reservation.get("ratelimit_us")
+    ratelimit = credit.RATELIMIT_NS if limit is None else round(limit * US)
+    return lambda a, c: credit.credit_beside(a, c, weight, beside, tslice, min(ratelimit, tslice))
 
 
 def less_background(reservations: list[dict], background: float) -> list[dict]:

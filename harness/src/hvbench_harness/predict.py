@@ -19,20 +19,22 @@ from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, validate
 from hvbench_analysis import demand, prediction
 
 
-def reservation(setting, vcpus: int = 1) -> dict:
+def reservation(setting, vcpus: int = 1, beside: tuple[int, ...] = ()) -> dict:
     """A validated setting's reservation, as hvbench_analysis.prediction takes it."""
     return {"budget_us": setting.budget_us, "period_us": setting.period_us, "cap": setting.cap,
             "extratime": setting.extratime, "tslice_us": setting.tslice_us,
-            "vcpus": vcpus}  # fmt: skip
+            "ratelimit_us": setting.ratelimit_us, "weight": setting.weight, "vcpus": vcpus,
+            "beside": list(beside)}  # fmt: skip
 
 
 def predicted(
-    table: pd.DataFrame, target: str, setting, background: float = 0.0, vcpus: int = 1
-) -> pd.DataFrame:
+    table: pd.DataFrame, target: str, setting, background: float = 0.0, vcpus: int = 1,
+    beside: tuple[int, ...] = (),
+) -> pd.DataFrame:  # fmt: skip
     """The records' predicted latencies under a validated setting (background: the share of
     a CPU the job's JVM used besides the records, demand.background_share; vcpus: the
-    domain's, under a cap)."""
-    found = [reservation(setting, vcpus)]
+    domain's, under a cap; beside: the weights of busy vCPUs of other domains on its CPU)."""
+    found = [reservation(setting, vcpus, beside)]
     return prediction.predicted(table, target, setting.sched, found, background)
 
 
@@ -41,20 +43,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--run", required=True, help="a traced run's folder (TRACE=1)")
     p.add_argument("--sched", required=True)
     p.add_argument("--target", choices=tuple(BACKEND_OF_TARGET), help="default: the run's")
-    for name in ("budget", "period", "cap", "extratime", "tslice-us"):
+    for name in ("budget", "period", "cap", "weight", "extratime", "tslice-us", "ratelimit-us"):
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--budgets", help="a grid of budgets (µs, comma-separated): one row each")
     p.add_argument("--vcpus", type=int, default=1, help="the domain's vCPUs, under a cap")
+    p.add_argument(
+        "--beside", type=weights, default=(),
+        help="Credit: the weights of always-busy vCPUs of other domains on its CPU (256,512)",
+    )  # fmt: skip
     p.add_argument("--deadline-ms", type=float)
     p.add_argument("--out", help="a CSV of every record's predicted latency (one setting)")
     return p.parse_args(argv)
 
 
+def weights(text: str) -> tuple[int, ...]:
+    try:
+        found = tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"weights as 256,512 (got {text!r})") from None
+    if not all(1 <= w <= 65535 for w in found):
+        raise argparse.ArgumentTypeError(f"Credit weights are 1 to 65535 (got {text!r})")
+    return found
+
+
 def settings(args: argparse.Namespace, target: str) -> list:
     """The validated setting, or one per budget of the grid; Refused for a bad one."""
     budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else [args.budget]
-    params = {"period_us": args.period, "cap": args.cap, "extratime": args.extratime,
-              "tslice_us": args.tslice_us}  # fmt: skip
+    params = {"period_us": args.period, "cap": args.cap, "weight": args.weight,
+              "extratime": args.extratime, "tslice_us": args.tslice_us,
+              "ratelimit_us": args.ratelimit_us}  # fmt: skip
     backend = BACKEND_OF_TARGET[target]
     found = []
     for budget in budgets:
@@ -84,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = settings(args, target)
         rows = []
         for setting in chosen:
-            records = predicted(table, target, setting, background, args.vcpus)
+            records = predicted(table, target, setting, background, args.vcpus, args.beside)
             text = " ".join(f"{k}={v}" for k, v in setting.describe().items())
             stats = prediction.statistics(records["latency_ns"], args.deadline_ms)
             rows.append({"setting": text, **stats})

@@ -1,0 +1,212 @@
+"""Xen Credit on one physical CPU: the vCPU that serves the records beside other domains'
+always-busy vCPUs, each domain's share of the CPU set by its weight (docs/simulate.md).
+
+As xen/common/sched/credit.c decides it (read at Xen 4.17 and at c447b730; the function names
+below are its own), one vCPU per domain, no cap:
+- priorities BOOST > UNDER > OVER; the run queue is first come, first served within a priority
+  (`__runq_insert`), and a preempted or expired vCPU goes to the tail of its priority;
+- every accounting (`csched_acct`, each time slice, 30 ms by default) the active vCPUs share
+  one slice of credits (10 a ms) in proportion to their weights, the share of one vCPU never
+  above one slice's; a vCPU below zero is OVER, else UNDER; one above a slice's credits leaves
+  the active set with half of them (it earns nothing until a tick finds it running again);
+- running burns 10 credits a ms (`burn_credits`); a tick (every third of a slice,
+  `csched_tick`) takes a running vCPU's BOOST away and makes it active; it never preempts;
+- a vCPU that wakes UNDER is BOOSTed (`csched_unit_wake`) and preempts the running vCPU only
+  if its priority is strictly higher (`__runq_tickle`);
+- a decision (`csched_schedule`) keeps a runnable vCPU that has run less than the rate limit
+  (1 ms by default) since it was switched in; else the head of the queue runs for a time slice.
+
+Left out: the ordering of domains in the accounting when credits are handed on (it matters
+only when a domain cannot use its fair share), the run queue's re-sort (every vCPU of a
+priority stays where it was), yield, caps (simulate.credit_cap, alone), load balancing over
+several CPUs, and the cost of a context switch.
+
+    done = credit_beside(arrivals, demands, weight=256, neighbours=[256])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hvbench_analysis.simulate import NS_PER_CREDIT, TICKS_PER_TSLICE, check_inputs
+
+BOOST, UNDER, OVER = 0, -1, -2
+DEFAULT_WEIGHT = 256  # CSCHED_DEFAULT_WEIGHT
+RATELIMIT_NS = 1_000_000  # sched_ratelimit_us's default
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class Vcpu:
+    weight: int
+    busy: bool  # a neighbour: always runnable
+    credit: int = 0  # ns of CPU time (a credit is 0.1 ms)
+    pri: int = UNDER
+    active: bool = False
+
+
+class CreditCpu:
+    """One physical CPU under Credit: vcpus[0] serves the records, the others are busy."""
+
+    def __init__(self, weight, neighbours, tslice, ratelimit, phase) -> None:
+        for w in [weight, *neighbours]:
+            if not 1 <= w <= 65535:
+                raise ValueError(f"a Credit weight of 1 to 65535 (got {w})")
+        self.tslice, self.tick = tslice, tslice // TICKS_PER_TSLICE
+        self.ratelimit = ratelimit
+        self.ours = Vcpu(weight, busy=False)
+        self.vcpus = [self.ours] + [Vcpu(w, busy=True) for w in neighbours]
+        self.queue = list(self.vcpus[1:])  # the runnable vCPUs not running, in order
+        self.current: Vcpu | None = None
+        self.switched_in = self.slice_end = phase
+        self.t = phase
+        self.next_tick, self.next_acct = phase + self.tick, phase + tslice
+        self.balance = 0  # the active vCPUs' credits after the last accounting
+        self.work = 0  # what the record at the head still needs
+        self.decide()
+
+    def runnable(self, v: Vcpu) -> bool:
+        return v.busy or self.work > 0
+
+    def enqueue(self, v: Vcpu) -> None:
+        """At the tail of its priority (`__runq_insert`)."""
+        at = next((i for i, q in enumerate(self.queue) if v.pri > q.pri), len(self.queue))
+        self.queue.insert(at, v)
+
+    def decide(self) -> None:
+        """`csched_schedule`: the rate limit, else the head of the queue for a time slice."""
+        cur, now = self.current, self.t
+        if cur is not None and self.runnable(cur) and now - self.switched_in < self.ratelimit:
+            self.slice_end = self.switched_in + self.ratelimit
+            return
+        if cur is not None and self.runnable(cur):
+            self.enqueue(cur)
+        self.current = self.queue.pop(0) if self.queue else None
+        if self.current is not cur:
+            self.switched_in = now
+        self.slice_end = now + self.tslice
+
+    def wake(self) -> None:
+        """A record for our vCPU, asleep (`csched_unit_wake`, `__runq_tickle`)."""
+        if self.ours.pri == UNDER:
+            self.ours.pri = BOOST
+        self.enqueue(self.ours)
+        if self.current is None or self.ours.pri > self.current.pri:
+            self.decide()
+
+    def run_until(self, until: int) -> None:
+        """The running vCPU burns its credits up to `until`; ours works on its record."""
+        ran = until - self.t
+        if self.current is not None:
+            self.current.credit -= ran
+            if self.current is self.ours:
+                self.work -= ran
+        self.t = until
+
+    def on_tick(self) -> None:
+        """`csched_tick`: the running vCPU loses its BOOST and becomes active."""
+        self.next_tick += self.tick
+        if self.current is not None:
+            if self.current.pri == BOOST:
+                self.current.pri = UNDER
+            self.current.active = True
+
+    def on_accounting(self) -> None:
+        """`csched_acct` for one CPU: one slice's credits shared by weight."""
+        self.next_acct += self.tslice
+        active = [v for v in self.vcpus if v.active]
+        weights = sum(v.weight for v in active)
+        if not weights:
+            return
+        debt = -min(self.balance, 0)  # a negative balance: more to share, and more a vCPU
+        total, left = self.tslice + debt, weights
+        for v in active:
+            left -= v.weight
+            peak = self.tslice + ceil_div(debt * v.weight, weights)
+            fair = ceil_div(total * v.weight, weights)
+            if fair >= peak:  # more than it can take: the rest to the domains after it
+                if left:
+                    total += ceil_div((fair - peak) * weights, left)
+                fair = peak
+            self.give(v, fair)
+        self.balance = sum(v.credit for v in active)
+
+    def give(self, v: Vcpu, credit: int) -> None:
+        v.credit += credit
+        if v.credit < 0:
+            v.pri, v.credit = OVER, max(v.credit, -self.tslice)
+        else:
+            v.pri = UNDER
+            if v.credit > self.tslice:
+                v.active, v.credit = False, v.credit // 2
+
+    def serve(self, demand: int, next_arrival: int | None) -> None:
+        """Run until our record of `demand` is done, the events on the way in time order;
+        then our vCPU sleeps, unless the next record has arrived."""
+        self.work = demand
+        if self.current is not self.ours and self.ours not in self.queue:
+            self.wake()
+        while self.work > 0:
+            done = self.t + self.work if self.current is self.ours else None
+            self.step_to(min(t for t in (done, self.next_tick, self.next_acct, self.slice_end)
+                             if t is not None))  # fmt: skip
+        if next_arrival is None or next_arrival > self.t:
+            self.decide()  # asleep: the CPU to the queue's head
+
+    def step_to(self, t: int) -> None:
+        """Run to `t`, then the tick, the accounting and the decision due there (none once
+        our record is done at `t`: they come after it, as the record's end comes first)."""
+        self.run_until(t)
+        if self.work == 0 and not self.ours_idle():
+            return
+        if t == self.next_tick:
+            self.on_tick()
+        if t == self.next_acct:
+            self.on_accounting()
+        if t == self.slice_end:
+            self.decide()
+
+    def ours_idle(self) -> bool:
+        return self.current is not self.ours and self.ours not in self.queue
+
+    def idle_until(self, t: int) -> None:
+        """Our vCPU asleep until `t`: the neighbours run, ticks and accountings go by."""
+        while (at := min(self.next_tick, self.next_acct, self.slice_end)) <= t:
+            self.step_to(at)
+        self.run_until(t)
+
+
+def credit_beside(
+    arrivals,
+    demands,
+    weight: int = DEFAULT_WEIGHT,
+    neighbours=(DEFAULT_WEIGHT,),
+    tslice: int = 30_000_000,
+    ratelimit: int = RATELIMIT_NS,
+    phase: int | None = None,
+) -> np.ndarray:
+    """Done times of the records served by a one-vCPU domain of `weight` under Credit, on one
+    CPU with one always-busy vCPU of each weight in `neighbours` (no cap). `tslice` and
+    `ratelimit` in ns (sched_credit_tslice_ms, sched_ratelimit_us); `phase`: when the
+    accounting starts (default: the first arrival)."""
+    if tslice % (TICKS_PER_TSLICE * NS_PER_CREDIT):
+        raise ValueError(f"a time slice of whole ticks of credits (got {tslice} ns)")
+    if not 0 <= ratelimit <= tslice:
+        raise ValueError(f"a rate limit from 0 to the time slice (got {ratelimit} ns)")
+    a, c = check_inputs(arrivals, demands)
+    if not a:
+        return np.array([], dtype=np.int64)
+    cpu = CreditCpu(weight, list(neighbours), tslice, ratelimit, a[0] if phase is None else phase)
+    done = []
+    for i, (arrival, demand) in enumerate(zip(a, c, strict=True)):
+        if cpu.t < arrival:
+            cpu.idle_until(arrival)
+        if demand:
+            cpu.serve(demand, a[i + 1] if i + 1 < len(a) else None)
+        done.append(max(cpu.t, arrival))
+    return np.array(done, dtype=np.int64)

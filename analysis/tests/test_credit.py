@@ -1,0 +1,103 @@
+"""Xen Credit beside other domains' busy vCPUs (hvbench_analysis.credit) on cases worked out
+by hand from credit.c's rules, and its long-run shares against the weights."""
+
+import numpy as np
+import pytest
+from hvbench_analysis import prediction, simulate
+from hvbench_analysis.credit import credit_beside
+
+MS = 1_000_000
+
+
+def light_records(n=3_000, seed=7):
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.integers(10 * MS, 23 * MS, n))
+    return arrivals, rng.integers(MS // 3, 3 * MS // 2, n)
+
+
+def test_alone_on_its_cpu_it_is_no_reservation():
+    arrivals, demands = light_records()
+    done = credit_beside(arrivals, demands, neighbours=[])
+    assert np.array_equal(done, simulate.unconstrained(arrivals, demands))
+
+
+@pytest.mark.parametrize(("weight", "share"), [(256, 1 / 2), (512, 2 / 3), (128, 1 / 3)])
+def test_a_busy_vcpu_beside_another_gets_the_share_its_weight_gives(weight, share):
+    arrivals = np.arange(3_000, dtype=np.int64) * MS  # 2 ms of work every 1 ms: never idle
+    demands = np.full(3_000, 2 * MS)
+    done = credit_beside(arrivals, demands, weight=weight, neighbours=[256])
+    assert demands.sum() / (done[-1] - arrivals[0]) == pytest.approx(share, abs=0.01)
+
+
+def test_a_woken_vcpu_preempts_a_neighbour_that_has_run_the_rate_limit():
+    # The neighbour runs from 0. A record at 0.4 ms wakes ours, BOOSTed: it preempts once the
+    # neighbour has run 1 ms, and is done at 1.2. At 5 ms the neighbour has run 3.8 ms since
+    # 1.2: at once, done at 5.2; at 5.5 ms it has run 0.3 ms: ours waits until 6.2.
+    arrivals = [400_000, 5 * MS, 5_500_000]
+    done = credit_beside(arrivals, [200_000] * 3, neighbours=[256], phase=0)
+    assert done.tolist() == [1_200_000, 5_200_000, 6_400_000]
+    without = credit_beside(arrivals, [200_000] * 3, neighbours=[256], phase=0, ratelimit=0)
+    assert without.tolist() == [600_000, 5_200_000, 5_700_000]
+
+
+def test_a_vcpu_over_its_share_waits_while_the_neighbour_is_under():
+    # 100 ms of work at 0 beside a busy neighbour, equal weights (credits in ms of CPU):
+    #   1-31 ours (the neighbour held the rate limit to 1 ms); tick 10: ours active; acct 30:
+    #     ours alone active, -29 + 30 = 1 UNDER; the neighbour (-1) no tick saw it: inactive
+    #   31-61 neighbour (ours at the tail of UNDER); tick 40: active; acct 60: 15 each:
+    #     ours 0 + 15 = 15 UNDER, neighbour -30 + 15 = -15 OVER
+    #   61-121 ours (the neighbour OVER); acct 90: ours 1 UNDER, neighbour -1 OVER;
+    #     acct 120: ours -14 OVER, neighbour 14 UNDER
+    #   121-151 neighbour; acct 150: both 0, UNDER; 151: ours ahead of it, 10 ms left: 161
+    assert credit_beside([0], [100 * MS], neighbours=[256], phase=0).tolist() == [161 * MS]
+
+
+def test_beside_busy_neighbours_no_record_is_done_sooner_than_alone():
+    arrivals, demands = light_records()
+    alone = simulate.unconstrained(arrivals, demands)
+    for neighbours in ([256], [256, 256], [64]):
+        assert (credit_beside(arrivals, demands, neighbours=neighbours) >= alone).all()
+
+
+def test_more_weight_for_the_neighbours_means_a_longer_tail():
+    arrivals, demands = light_records(20_000)
+    alone = simulate.unconstrained(arrivals, demands)
+    tails = [
+        (credit_beside(arrivals, demands, weight=512, neighbours=[256]) - alone).max(),
+        (credit_beside(arrivals, demands, neighbours=[256, 256]) - alone).max(),
+    ]
+    assert 0 < tails[0] < tails[1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"weight": 0}, "weight of 1 to 65535"),
+        ({"neighbours": [70_000]}, "weight of 1 to 65535"),
+        ({"ratelimit": 40 * MS}, "rate limit from 0 to the time slice"),
+        ({"tslice": 25_050_000}, "whole ticks of credits"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        credit_beside([0], [MS], **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("sched", "extra", "message"),
+    [
+        ("credit2", {}, "beside SCHED=credit2 have no model"),
+        ("credit", {"cap": 50}, "one vCPU without a cap only"),
+        ("credit", {"vcpus": 2}, "one vCPU without a cap only"),
+    ],
+)
+def test_neighbours_the_simulator_has_no_model_for_are_named(sched, extra, message):
+    with pytest.raises(prediction.NotModelled, match=message):
+        prediction.server(sched, {"beside": [256], **extra})
+
+
+def test_the_prediction_takes_the_weights_and_the_pools_settings():
+    arrivals, demands = light_records()
+    serve = prediction.server("credit", {"beside": [256], "weight": 512, "ratelimit_us": 0})
+    expected = credit_beside(arrivals, demands, 512, [256], ratelimit=0)
+    assert np.array_equal(serve(arrivals, demands), expected)
