@@ -10,6 +10,7 @@ import numpy as np
 from common import report, summary, time_calls
 from hvbench_analysis import simulate
 from hvbench_analysis.credit import credit_beside
+from hvbench_analysis.credit2 import credit2_beside
 from hvbench_analysis.edf import Server, edf
 
 RECORDS = 20_000
@@ -29,6 +30,10 @@ def main() -> None:
         "cbs 2/100 ms (overloaded)": lambda: simulate.cbs(arrivals, demands, 2 * MS, 100 * MS),
         "credit cap 5": lambda: simulate.credit_cap(arrivals, demands, 5),
         "credit beside 2 busy vCPUs": lambda: credit_beside(arrivals, demands, 256, [256, 256]),
+        "credit2 beside 2 busy vCPUs": lambda: credit2_beside(arrivals, demands, 256, [256, 256]),
+        "edf 20/100 ms with extratime beside 2 busy servers": lambda: edf(
+            [Server(20 * MS, 100 * MS, 0, arrivals, demands, extratime=True), *NEIGHBOURS]
+        ),
         "edf 20/100 ms beside 2 busy servers": lambda: edf(
             [Server(20 * MS, 100 * MS, 0, arrivals, demands), *NEIGHBOURS]
         ),

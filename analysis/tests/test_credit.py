@@ -72,8 +72,8 @@ def test_more_weight_for_the_neighbours_means_a_longer_tail():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"weight": 0}, "weight of 1 to 65535"),
-        ({"neighbours": [70_000]}, "weight of 1 to 65535"),
+        ({"weight": 0}, "a weight of 1 to 65535"),
+        ({"neighbours": [70_000]}, "a weight of 1 to 65535"),
         ({"ratelimit": 40 * MS}, "rate limit from 0 to the time slice"),
         ({"tslice": 25_050_000}, "whole ticks of credits"),
     ],
@@ -86,8 +86,11 @@ def test_bad_settings_are_refused(kwargs, message):
 @pytest.mark.parametrize(
     ("sched", "extra", "message"),
     [
-        ("credit2", {}, "beside SCHED=credit2 have no model"),
+        ("credit2", {"cap": 50}, "SCHED=credit2 beside busy neighbours: one vCPU"),
+        ("credit", {"beside": [{"budget_us": 1, "period_us": 2}]}, "neighbours are their weights"),
+        ("rtds", {"beside": [256]}, "neighbours are budget/period"),
         ("credit", {"cap": 50}, "one vCPU without a cap only"),
+        ("deadline", {}, "beside SCHED=deadline have no model"),
         ("credit", {"vcpus": 2}, "one vCPU without a cap only"),
     ],
 )

@@ -1,7 +1,9 @@
 """Reservations side by side on one CPU under EDF (hvbench_analysis.edf): alone, a server is
-the simulator's periodic server; beside others, a record can wait 2·(P − B), never more."""
+the simulator's periodic server; beside others, a record can wait 2·(P − B), never more; with
+RTDS's extratime a spent budget runs on one level lower."""
 
 import numpy as np
+import pytest
 from hvbench_analysis import simulate
 from hvbench_analysis.edf import Server, edf
 
@@ -52,3 +54,39 @@ def test_an_earlier_deadline_preempts_at_once():
     neighbour = Server(20 * MS, 50 * MS, arrivals=[10 * MS], demands=[10 * MS])
     done_ours, done_neighbour = edf([ours, neighbour])
     assert (done_ours.tolist(), done_neighbour.tolist()) == ([50 * MS], [20 * MS])
+
+
+def test_with_extratime_alone_it_is_no_reservation():
+    rng = np.random.default_rng(8)
+    arrivals = np.cumsum(rng.integers(0, 30 * MS, 2000))
+    demands = rng.integers(0, 40 * MS, 2000)
+    (done,) = edf([Server(20 * MS, 100 * MS, 7 * MS, arrivals, demands, extratime=True)])
+    assert np.array_equal(done, simulate.unconstrained(arrivals, demands))
+
+
+def test_with_extratime_a_spent_budget_runs_on_in_the_time_the_others_leave():
+    """Ours 30 per 100 ms, 60 ms of work at 0; a busy neighbour 50 per 100 ms, its deadlines
+    1 ns earlier. The neighbour runs 0–50, ours 50–80 (its budget). With extratime ours runs
+    on one level lower until the neighbour's new period 1 ns before 100, which preempts it
+    (to 150 − 1 ns), and is done at 160; without, it waits for its own period at 100 and
+    behind the neighbour, to 180 − 1 ns."""
+    neighbour = Server(50 * MS, 100 * MS, phase=-1)
+    for extratime, expected in ((True, 160 * MS), (False, 180 * MS - 1)):
+        ours = Server(30 * MS, 100 * MS, arrivals=[0], demands=[60 * MS], extratime=extratime)
+        assert edf([ours, neighbour])[0].tolist() == [expected]
+
+
+def test_a_neighbours_extratime_never_delays_a_server_within_its_budget():
+    rng = np.random.default_rng(9)
+    arrivals, demands = sparse_records(rng, 300, 100 * MS, 20 * MS)
+    ours = Server(30 * MS, 100 * MS, 5 * MS, arrivals, demands)
+    without, with_extra = (
+        edf([ours, Server(60 * MS, 100 * MS, phase=-1, extratime=e)])[0] for e in (False, True)
+    )
+    assert np.array_equal(without, with_extra)
+
+
+def test_reservations_over_one_cpu_are_refused():
+    servers = [Server(50 * MS, 100 * MS, arrivals=[0], demands=[MS]), Server(60 * MS, 100 * MS)]
+    with pytest.raises(ValueError, match=r"more than one CPU \(50% \+ 60%\)"):
+        edf(servers)

@@ -79,7 +79,7 @@ def test_a_grid_with_one_output_file_is_refused(capsys):
     assert "--out takes one setting" in capsys.readouterr().err
 
 
-def test_credit_beside_a_busy_neighbour_takes_the_weights_from_the_command_line(capsys):
+def test_credit_beside_a_busy_neighbour_takes_the_weights_from_the_command_line():
     # one record of 100 ms of CPU beside a busy vCPU of the same weight, the accounting from
     # its window's start: done 161 ms after it (worked out in test_credit.py), 61 ms more
     heavy = records().iloc[:1].assign(cpu_ns=100 * MS, latency_ns=105 * MS)
@@ -90,6 +90,24 @@ def test_credit_beside_a_busy_neighbour_takes_the_weights_from_the_command_line(
     assert beside["latency_ns"].tolist() == [(105 + 61) * MS]
     args = predict.parse_args(["--run", "x", "--sched", "credit", "--beside", "256,512"])
     assert args.beside == (256, 512)
+
+
+def test_rtds_beside_busy_neighbours_replays_them_on_one_cpu_first_at_equal_periods():
+    # one record of 30 ms of CPU at 1 ms, ours 30 per 100 ms; a busy neighbour 50 per 100 ms,
+    # first at equal periods, runs 0–50: ours waits from 1 to 50, done at 80 (alone, 31)
+    heavy = records().iloc[:1].assign(cpu_ns=30 * MS, latency_ns=35 * MS)
+    setting = validate("xen", "rtds", budget_us=30_000, period_us=100_000, extratime=0)
+    found = predict.parse_args(["--run", "x", "--sched", "rtds", "--beside", "50000/100000"])
+    assert found.beside == ({"budget_us": 50_000, "period_us": 100_000, "extratime": False},)
+    out = predict.predicted(heavy, "xen", setting, beside=found.beside)
+    assert out["latency_ns"].tolist() == [(35 + 49) * MS]
+    over = ({"budget_us": 80_000, "period_us": 100_000, "extratime": True},)
+    with pytest.raises(ValueError, match="more than one CPU"):
+        predict.predicted(heavy, "xen", setting, beside=over)
+
+
+@pytest.mark.parametrize("text", ["256;rm", "0", "50000/100000/2", "9/8", "1/2/3/4", "../x", ""])
+def test_bad_neighbours_are_refused_naming_them(text, capsys):
     with pytest.raises(SystemExit):
-        predict.parse_args(["--run", "x", "--sched", "credit", "--beside", "256;rm"])
-    assert "weights as 256,512" in capsys.readouterr().err
+        predict.parse_args(["--run", "x", "--sched", "rtds", "--beside", text])
+    assert "argument --beside" in capsys.readouterr().err

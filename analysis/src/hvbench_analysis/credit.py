@@ -37,6 +37,30 @@ DEFAULT_WEIGHT = 256  # CSCHED_DEFAULT_WEIGHT
 RATELIMIT_NS = 1_000_000  # sched_ratelimit_us's default
 
 
+def check_weights(weights) -> None:
+    for w in weights:
+        if not 1 <= w <= 65535:
+            raise ValueError(f"a weight of 1 to 65535 (got {w})")
+
+
+def replay(make_cpu, arrivals, demands) -> np.ndarray:
+    """The records through a CPU model (`make_cpu(first arrival)`: idle_until, serve, t):
+    each record's done time, first come first served."""
+    a, c = check_inputs(arrivals, demands)
+    if not a:
+        return np.array([], dtype=np.int64)
+    cpu = make_cpu(a[0])
+    done = []
+    for i, (arrival, demand) in enumerate(zip(a, c, strict=True)):
+        if cpu.t < arrival:
+            cpu.idle_until(arrival)
+        if demand:  # awake on, if the next record with work has arrived
+            following = a[i + 1] if i + 1 < len(a) and c[i + 1] else None
+            cpu.serve(demand, following)
+        done.append(max(cpu.t, arrival))
+    return np.array(done, dtype=np.int64)
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -54,9 +78,7 @@ class CreditCpu:
     """One physical CPU under Credit: vcpus[0] serves the records, the others are busy."""
 
     def __init__(self, weight, neighbours, tslice, ratelimit, phase) -> None:
-        for w in [weight, *neighbours]:
-            if not 1 <= w <= 65535:
-                raise ValueError(f"a Credit weight of 1 to 65535 (got {w})")
+        check_weights([weight, *neighbours])
         self.tslice, self.tick = tslice, tslice // TICKS_PER_TSLICE
         self.ratelimit = ratelimit
         self.ours = Vcpu(weight, busy=False)
@@ -198,15 +220,8 @@ def credit_beside(
         raise ValueError(f"a time slice of whole ticks of credits (got {tslice} ns)")
     if not 0 <= ratelimit <= tslice:
         raise ValueError(f"a rate limit from 0 to the time slice (got {ratelimit} ns)")
-    a, c = check_inputs(arrivals, demands)
-    if not a:
-        return np.array([], dtype=np.int64)
-    cpu = CreditCpu(weight, list(neighbours), tslice, ratelimit, a[0] if phase is None else phase)
-    done = []
-    for i, (arrival, demand) in enumerate(zip(a, c, strict=True)):
-        if cpu.t < arrival:
-            cpu.idle_until(arrival)
-        if demand:
-            cpu.serve(demand, a[i + 1] if i + 1 < len(a) else None)
-        done.append(max(cpu.t, arrival))
-    return np.array(done, dtype=np.int64)
+    return replay(
+        lambda first: CreditCpu(weight, list(neighbours), tslice, ratelimit,
+                                first if phase is None else phase),
+        arrivals, demands,
+    )  # fmt: skip

@@ -1,9 +1,15 @@
 """Several reservations on one CPU under EDF: each a periodic server (budget per period, the
 deadline its period's end), the CPU to the server with work, budget and the earliest deadline,
-a later deadline preempted as soon as an earlier one has work. This is RTDS with extratime off
-on one physical CPU (xen/common/sched/rt.c: a vCPU's budget given back at each period boundary,
-the run queue ordered by deadline, equal deadlines first come first served), and the case
-where a server's budget may come anywhere in its period: the analytical bound's 2·(P − B).
+a later deadline preempted as soon as an earlier one has work. This is RTDS on one physical CPU
+(xen/common/sched/rt.c: a vCPU's budget given back at each period boundary, the run queue
+ordered by deadline, equal deadlines first come first served), and the case where a server's
+budget may come anywhere in its period: the analytical bound's 2·(P − B).
+
+With extratime, a server that has spent its budget gets it again at once one priority level
+lower (rt.c `burn_budget`: priority_level + 1, cur_budget = budget), and every level-0 server
+with budget comes first (`compare_unit_priority`: the lower level, then the earlier deadline);
+its period's end puts it back at level 0 (`rt_update_deadline`). So it runs on in the time
+the others leave.
 
 A server with records serves them one after another (arrivals and demands in integer ns, as in
 simulate.py); a server without records always has work (another VM's busy vCPU). Built on
@@ -18,6 +24,7 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import simpy
@@ -32,6 +39,7 @@ class Server:
     phase: int = 0
     arrivals: object = None  # None: always busy
     demands: object = None
+    extratime: bool = False
 
 
 class Served:
@@ -48,7 +56,7 @@ class Served:
         self.done = [0] * len(self.records)
         self.finished = env.event()
         self.work = env.event()
-        self.start, self.left = None, 0
+        self.start, self.left, self.level = None, 0, 0
         if not self.busy:
             env.process(self.arrive())
         env.process(self.serve())
@@ -57,7 +65,7 @@ class Served:
         s = self.server
         begin = s.phase + (t - s.phase) // s.period * s.period
         if begin != self.start:
-            self.start, self.left = begin, s.budget
+            self.start, self.left, self.level = begin, s.budget, 0
         return begin, begin + s.period
 
     def arrive(self):
@@ -82,10 +90,12 @@ class Served:
                 self.work = env.event()
                 yield self.work
             _, end = self.period_at(env.now)
+            if self.left == 0 and self.server.extratime:  # on, one level lower
+                self.left, self.level = self.server.budget, self.level + 1
             if self.left == 0:  # budget spent: the next period's
                 yield env.timeout(end - env.now)
                 continue
-            request = self.cpu.request(priority=end, preempt=True)
+            request = self.cpu.request(priority=(self.level, end), preempt=True)
             try:
                 got = yield request | env.timeout(end - env.now)
             except simpy.Interrupt:  # given the CPU and preempted before it could run
@@ -113,7 +123,11 @@ class Served:
 
 
 def edf(servers: list[Server]) -> list[np.ndarray | None]:
-    """When each record of each server is done (None for an always-busy server)."""
+    """When each record of each server is done (None for an always-busy server). Servers
+    that reserve more than the CPU are refused: EDF would starve some of them for ever."""
+    if sum(Fraction(s.budget, s.period) for s in servers) > 1:
+        shares = " + ".join(f"{s.budget / s.period:.0%}" for s in servers)
+        raise ValueError(f"the reservations add up to more than one CPU ({shares})")
     env = simpy.Environment()
     cpu = simpy.PreemptiveResource(env, capacity=1)
     served = [Served(env, cpu, s) for s in servers]

@@ -20,9 +20,11 @@ of each (target, scheduler):
   the domain's cap, alone in its pool (no cap: none). The job is served one record at a time,
   so on one vCPU at a time: Credit splits a domain's cap over its active vCPUs (csched_acct),
   and with all of them active (the worst case) each gets cap / vcpus; Credit2's budget is the
-  domain's, so a cap of 100 or more never runs out for one vCPU's work. Credit beside other
-  domains' always-busy vCPUs on its CPU (`beside`: their weights; its own `weight`, the pool's
-  `tslice_us` and `ratelimit_us`): credit.credit_beside.
+  domain's, so a cap of 100 or more never runs out for one vCPU's work. Beside other domains'
+  always-busy vCPUs on its CPU (`beside`): Credit and Credit2, their weights (its own
+  `weight`, the pool's `tslice_us` and `ratelimit_us`: credit.credit_beside,
+  credit2.credit2_beside); RTDS, their reservations (edf.edf,
+  extratime included), their deadlines just before ours (at equal periods they come first).
 
     late = predicted(table, "bare", "deadline", [{"budget_us": 5000, "period_us": 100000}])
     late = predicted(table, "bare", "cfs-quota", [{...}], demand.background_share(table, meta))
@@ -37,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis import credit, demand, results, simulate
+from hvbench_analysis import credit, credit2, demand, edf, results, simulate
 from hvbench_analysis.stats import percentile
 
 US = 1_000
@@ -87,17 +89,44 @@ def server(sched: str, reservation: dict) -> Server:
 
 
 def beside_neighbours(sched: str, reservation: dict) -> Server:
-    """Credit on one CPU beside always-busy vCPUs of other domains (`beside`: their weights)."""
-    if sched != "credit":
-        raise NotModelled(f"busy neighbours beside SCHED={sched} have no model (Credit has)")
+    """On one CPU beside always-busy vCPUs of other domains (`beside`): under Credit their
+    weights; under RTDS their budget_us, period_us and extratime, the periods aligned."""
+    if sched == "rtds":
+        return rtds_beside(reservation)
+    if sched not in ("credit", "credit2"):
+        raise NotModelled(f"busy neighbours beside SCHED={sched} have no model")
     if reservation.get("cap") or (reservation.get("vcpus") or 1) > 1:
-        raise NotModelled("Credit beside busy neighbours: one vCPU without a cap only")
+        raise NotModelled(f"SCHED={sched} beside busy neighbours: one vCPU without a cap only")
+    if not all(isinstance(w, int) for w in reservation["beside"]):
+        raise NotModelled(f"SCHED={sched}'s neighbours are their weights (256,512)")
     weight = int(reservation.get("weight") or credit.DEFAULT_WEIGHT)
     beside = [int(w) for w in reservation["beside"]]
-    tslice = round((reservation.get("tslice_us") or 30_000) * US)
     limit = reservation.get("ratelimit_us")
     ratelimit = credit.RATELIMIT_NS if limit is None else round(limit * US)
+    if sched == "credit2":
+        return lambda a, c: credit2.credit2_beside(a, c, weight, beside, ratelimit)
+    tslice = round((reservation.get("tslice_us") or 30_000) * US)
     return lambda a, c: credit.credit_beside(a, c, weight, beside, tslice, min(ratelimit, tslice))
+
+
+def rtds_beside(reservation: dict) -> Server:
+    beside = reservation["beside"]
+    if not all(isinstance(n, dict) for n in beside):
+        raise NotModelled("RTDS's neighbours are budget/period[/extratime] (30000/100000/1)")
+    # their deadlines 1 ns before ours: at equal periods a neighbour always comes first
+    neighbours = [
+        edf.Server(round(n["budget_us"] * US), round(n["period_us"] * US), phase=-1,
+                   extratime=bool(n.get("extratime")))
+        for n in beside
+    ]  # fmt: skip
+    budget, period = round(reservation["budget_us"] * US), round(reservation["period_us"] * US)
+    extratime = bool(reservation.get("extratime"))
+
+    def serve(arrivals, demands):
+        ours = edf.Server(budget, period, 0, arrivals, demands, extratime)
+        return edf.edf([ours, *neighbours])[0]
+
+    return serve
 
 
 def less_background(reservations: list[dict], background: float) -> list[dict]:

@@ -19,7 +19,7 @@ from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, validate
 from hvbench_analysis import demand, prediction
 
 
-def reservation(setting, vcpus: int = 1, beside: tuple[int, ...] = ()) -> dict:
+def reservation(setting, vcpus: int = 1, beside: tuple = ()) -> dict:
     """A validated setting's reservation, as hvbench_analysis.prediction takes it."""
     return {"budget_us": setting.budget_us, "period_us": setting.period_us, "cap": setting.cap,
             "extratime": setting.extratime, "tslice_us": setting.tslice_us,
@@ -29,7 +29,7 @@ def reservation(setting, vcpus: int = 1, beside: tuple[int, ...] = ()) -> dict:
 
 def predicted(
     table: pd.DataFrame, target: str, setting, background: float = 0.0, vcpus: int = 1,
-    beside: tuple[int, ...] = (),
+    beside: tuple = (),
 ) -> pd.DataFrame:  # fmt: skip
     """The records' predicted latencies under a validated setting (background: the share of
     a CPU the job's JVM used besides the records, demand.background_share; vcpus: the
@@ -48,22 +48,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--budgets", help="a grid of budgets (µs, comma-separated): one row each")
     p.add_argument("--vcpus", type=int, default=1, help="the domain's vCPUs, under a cap")
     p.add_argument(
-        "--beside", type=weights, default=(),
-        help="Credit: the weights of always-busy vCPUs of other domains on its CPU (256,512)",
+        "--beside", type=neighbours, default=(),
+        help="always-busy vCPUs of other domains on its CPU: Credit weights (256,512), RTDS "
+        "budget/period[/extratime] in µs (30000/100000/1)",
     )  # fmt: skip
     p.add_argument("--deadline-ms", type=float)
     p.add_argument("--out", help="a CSV of every record's predicted latency (one setting)")
     return p.parse_args(argv)
 
 
-def weights(text: str) -> tuple[int, ...]:
-    try:
-        found = tuple(int(w) for w in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"weights as 256,512 (got {text!r})") from None
-    if not all(1 <= w <= 65535 for w in found):
-        raise argparse.ArgumentTypeError(f"Credit weights are 1 to 65535 (got {text!r})")
-    return found
+def neighbours(text: str) -> tuple:
+    """Busy neighbours: Credit weights (256,512) or RTDS budget/period[/extratime] in µs
+    (30000/100000,20000/50000/1)."""
+    found = []
+    for item in text.split(","):
+        words = item.split("/")
+        if not all(w.isdigit() for w in words) or len(words) > 3:
+            raise argparse.ArgumentTypeError(
+                f"neighbours as weights (256,512) or budget/period[/extratime] in µs "
+                f"(30000/100000/1), not {item!r}"
+            )
+        if len(words) == 1:
+            if not 1 <= int(words[0]) <= 65535:
+                raise argparse.ArgumentTypeError(f"a Credit weight is 1 to 65535 (got {item})")
+            found.append(int(words[0]))
+            continue
+        budget, period, *extratime = map(int, words)
+        if not 0 < budget <= period or extratime not in ([], [0], [1]):
+            raise argparse.ArgumentTypeError(f"a budget from 1 µs to the period (got {item})")
+        found.append({"budget_us": budget, "period_us": period, "extratime": extratime == [1]})
+    return tuple(found)
 
 
 def settings(args: argparse.Namespace, target: str) -> list:

@@ -1,0 +1,170 @@
+"""Xen Credit2 on one physical CPU: the vCPU that serves the records beside other domains'
+always-busy vCPUs, each domain's share of the CPU set by its weight (docs/simulate.md).
+
+As xen/common/sched/credit2.c decides it in Xen 4.17 (read at c447b730, whose one change to
+this since, the descheduled vCPU counted in the time slice, is in 4.21), one vCPU per domain,
+one run queue, no cap:
+- every vCPU starts with 10 ms of credit (CSCHED2_CREDIT_INIT); running burns credit at
+  max weight / own weight ns a ns (`burn_credits`, `t2c_update`), never below −10 ms;
+- the run queue is ordered by credit, the highest first, first come first served among equal;
+  a decision (`csched2_schedule`, `runq_candidate`) keeps a runnable vCPU that has run less
+  than the rate limit (1 ms) since it was switched in, else takes the queue's head only if it
+  has strictly more credit;
+- when the vCPU chosen, and the queue's head, have no credit left (≤ 0), every vCPU gets
+  10 ms more (`reset_credit`; 20 ms if the chosen one was at −10 ms), never above 10.5 ms;
+- the vCPU chosen runs until its credit would fall to the head's (`csched2_runtime`), at least
+  0.5 ms (or what it has left of the rate limit) and at most 10 ms;
+- a vCPU keeps its credit while asleep; woken, it preempts the running vCPU only if it has
+  strictly more credit and the running one has run more than the rate limit less 50 µs
+  (`runq_tickle`, `tickle_score`); else it waits for the running vCPU's time slice to end.
+
+Left out: caps (simulate.credit2_cap, alone), several CPUs and run queues, load balancing,
+and the cost of a context switch.
+
+    done = credit2_beside(arrivals, demands, weight=256, neighbours=[256])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hvbench_analysis.credit import RATELIMIT_NS, check_weights, replay
+
+CREDIT_INIT = 10_000_000  # CSCHED2_CREDIT_INIT, ns
+CREDIT_MIN = -CREDIT_INIT
+CARRYOVER_MAX = 500_000  # CSCHED2_CARRYOVER_MAX
+MIN_TIMER, MAX_TIMER = 500_000, CREDIT_INIT
+TICKLE_TOLERANCE = 50_000  # CSCHED2_RATELIMIT_TICKLE_TOLERANCE
+
+
+@dataclass
+class Unit:
+    weight: int
+    busy: bool
+    credit: int = CREDIT_INIT
+    residual: int = 0
+
+
+class Credit2Cpu:
+    """One run queue on one CPU: units[0] serves the records, the others are busy."""
+
+    def __init__(self, weight: int, neighbours: list[int], ratelimit: int, start: int) -> None:
+        check_weights([weight, *neighbours])
+        self.ratelimit = ratelimit
+        self.ours = Unit(weight, busy=False)
+        self.units = [self.ours] + [Unit(w, busy=True) for w in neighbours]
+        self.max_weight = max(u.weight for u in self.units)
+        self.queue: list[Unit] = []
+        for unit in self.units[1:]:
+            self.enqueue(unit)
+        self.current: Unit | None = None
+        self.t = self.switched_in = start
+        self.timer: int | None = None
+        self.work = 0
+        self.decide()
+
+    def runnable(self, u: Unit) -> bool:
+        return u.busy or self.work > 0
+
+    def enqueue(self, u: Unit) -> None:
+        """After every unit with as much credit (`runq_insert`)."""
+        at = next((i for i, q in enumerate(self.queue) if u.credit > q.credit), len(self.queue))
+        self.queue.insert(at, u)
+
+    def run_until(self, until: int) -> None:
+        ran, self.t = until - self.t, until
+        if self.current is None or ran <= 0:
+            return
+        value = ran * self.max_weight + self.current.residual
+        self.current.residual = value % self.current.weight
+        self.current.credit = max(self.current.credit - value // self.current.weight, CREDIT_MIN)
+        if self.current is self.ours:
+            self.work -= ran
+
+    def decide(self) -> None:
+        """`csched2_schedule`: choose, reset the credits if need be, and set the time slice."""
+        cur, now = self.current, self.t
+        if cur is not None and self.runnable(cur) and now - self.switched_in < self.ratelimit:
+            chosen = cur
+        else:
+            chosen = cur if cur is not None and self.runnable(cur) else None
+            if self.queue and (chosen is None or self.queue[0].credit > chosen.credit):
+                chosen = self.queue.pop(0)
+        if chosen is not None:
+            head = self.queue[0].credit if self.queue else chosen.credit
+            if max(chosen.credit, head) <= 0:
+                self.reset(2 * CREDIT_INIT if chosen.credit == CREDIT_MIN else CREDIT_INIT)
+        if cur is not None and chosen is not cur and self.runnable(cur):
+            self.enqueue(cur)  # put back once switched out (`csched2_context_saved`)
+        if chosen is not cur:
+            self.switched_in = now
+        self.current = chosen
+        self.timer = None if chosen is None else now + self.time_slice(chosen)
+
+    def reset(self, amount: int) -> None:
+        for u in self.units:
+            u.credit = min(u.credit + amount, CREDIT_INIT + CARRYOVER_MAX)
+
+    def time_slice(self, chosen: Unit) -> int:
+        """`csched2_runtime` (4.17): until its credit falls to the head's, in its time."""
+        least = max(MIN_TIMER, self.switched_in + self.ratelimit - self.t)
+        head = self.queue[0].credit if self.queue else 0
+        left = chosen.credit - head if head > 0 else chosen.credit
+        time = max(left, 0) * chosen.weight // self.max_weight
+        return min(max(time, least), MAX_TIMER)
+
+    def wake(self) -> None:
+        """A record for our vCPU, asleep (`csched2_unit_wake`, `runq_tickle`)."""
+        self.enqueue(self.ours)
+        cur = self.current
+        if cur is None:
+            self.decide()
+            return
+        preemptable = self.t - self.switched_in > self.ratelimit - TICKLE_TOLERANCE
+        if preemptable and self.ours.credit > cur.credit:
+            self.decide()
+
+    def serve(self, demand: int, next_arrival: int | None) -> None:
+        """Run until our record of `demand` is done; then our vCPU sleeps, unless the next
+        record has arrived."""
+        self.work = demand
+        if self.current is not self.ours and self.ours not in self.queue:
+            self.wake()
+        while self.work > 0:
+            done = self.t + self.work if self.current is self.ours else None
+            at = min(t for t in (done, self.timer) if t is not None)
+            self.run_until(at)
+            if self.work > 0 and at == self.timer:
+                self.decide()
+        if next_arrival is None or next_arrival > self.t:
+            self.decide()  # asleep: the CPU to the queue's head
+
+    def idle_until(self, t: int) -> None:
+        """Our vCPU asleep until `t`: the neighbours run their time slices."""
+        while self.timer is not None and self.timer <= t:
+            self.run_until(self.timer)
+            self.decide()
+        self.run_until(t)
+
+
+def credit2_beside(
+    arrivals,
+    demands,
+    weight: int = 256,
+    neighbours=(256,),
+    ratelimit: int = RATELIMIT_NS,
+    start: int | None = None,
+) -> np.ndarray:
+    """Done times of the records served by a one-vCPU domain of `weight` under Credit2, on one
+    CPU with one always-busy vCPU of each weight in `neighbours` (no cap). `ratelimit` in ns
+    (sched_ratelimit_us); `start`: when the neighbours start running (default: the first
+    arrival)."""
+    if not 0 <= ratelimit <= 500_000_000:
+        raise ValueError(f"a rate limit from 0 to 500 ms (got {ratelimit} ns)")
+    return replay(
+        lambda first: Credit2Cpu(weight, list(neighbours), ratelimit,
+                                 first if start is None else start),
+        arrivals, demands,
+    )  # fmt: skip
