@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 import pandas as pd
 import pytest
+from hvbench_analysis import prediction
 from hvbench_analysis.load import load_runs, run_dirs
 from hvbench_analysis.report.page import OutDirs, Page
 from hvbench_analysis.report.simulated import BELOW, NOT_EXPLAINED, simulated_section
@@ -88,3 +89,38 @@ def test_the_errors_are_measured_as_the_models_held_out_ones(section):
     summary = pd.read_csv(out / "tables" / "simulated_validation.csv").set_index("Statistic")
     assert summary.loc["mean", "Configurations"] == 3
     assert summary.loc["mean", "Median abs. error (%)"] == pytest.approx(expected)
+
+
+def test_on_xen_an_rtds_run_with_its_whole_period_is_the_reference(tmp_path):
+    # Xen has no SCHED=none: RTDS with the whole period as budget holds nothing back
+    results = tmp_path / "results"
+    add_cpu_trace(write_run(results / "full", np.full(120, 3 * MS), target="xen", sched="rtds",
+                            budget=100_000, period=100_000), 1 * MS)  # fmt: skip
+    write_run(results / "small", np.full(120, 3 * MS), target="xen", sched="rtds",
+              budget=2_000, period=100_000)  # fmt: skip
+    page, out = Page("test"), tmp_path / "report"
+    dirs = OutDirs(out / "figures", out / "tables", out / "hdr")
+    simulated_section(page, load_runs(run_dirs(results)), argparse.Namespace(xlim_ms=None), dirs)
+    found = rows(out)
+    assert list(found) == ["xen/rtds P100000 B2000"]  # the reference is not compared with itself
+    assert found["xen/rtds P100000 B2000"]["Reference"] == "full"
+    # 1 ms of work every 16.7 ms, 2 ms of every 100 ms: the queue grows in the simulation
+    assert found["xen/rtds P100000 B2000"]["Simulated max (ms)"] > 100
+
+
+XEN_RTDS = {"sched": "rtds", "target": "xen", "period": 100_000}
+
+
+@pytest.mark.parametrize(
+    ("tags", "expected"),
+    [
+        ({"sched": "none", "target": "bare"}, True),
+        ({**XEN_RTDS, "extratime": 1, "budget": 2000}, True),
+        ({**XEN_RTDS, "extratime": 0, "budget": 100_000}, True),
+        ({**XEN_RTDS, "extratime": 0, "budget": 77_500}, False),
+        ({**XEN_RTDS, "extratime": float("nan"), "budget": None}, False),
+        ({"sched": "deadline", "target": "bare", "budget": 100_000, "period": 100_000}, False),
+    ],
+)
+def test_which_runs_held_nothing_back(tags, expected):
+    assert prediction.unreserved(tags) is expected

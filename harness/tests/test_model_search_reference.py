@@ -173,3 +173,14 @@ def test_an_advice_is_bracketed_by_a_miss_below_it_or_the_value_below_runs_next(
     # both starts met the SLO: the advice at the lower one lacks a run below it
     search, point = search_at({20_000: 1, 30_000: 1}, {20_000: [25.0], 30_000: [12.0]})
     assert not search.bracketed(point, 20_000) and search.to_measure(point, 20_000) == 10_000
+
+
+def test_on_xen_the_reference_is_rtds_with_the_whole_period_as_budget():
+    point = campaign.file.Point("p01", {"sched": "rtds", "period": 50_000, "budget": 20_000,
+                                        "extratime": 0, "send_ms": 100.0})  # fmt: skip
+    xen = point.reference("xen").settings
+    assert xen == {"sched": "rtds", "period": 50_000, "budget": 50_000, "extratime": 1,
+                   "send_ms": 100.0, "trace": True}  # fmt: skip
+    bare = campaign.file.Point("p02", {"sched": "deadline", "budget": 8000}).reference("bare")
+    assert bare.settings == {"sched": "none", "trace": True}
+    assert bare.id == "reference-rate60"

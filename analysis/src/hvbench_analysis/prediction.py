@@ -215,11 +215,32 @@ class Reference:
         return late["latency_ns"].to_numpy()
 
 
+def unreserved(tags) -> bool:
+    """A run the scheduler did not hold back: no reservation; on Xen (which has no SCHED=none)
+    RTDS with extratime on or the whole period as budget, its pool's CPU to itself."""
+    sched = str(tags.get("sched"))
+    if sched == "none":
+        return True
+    if sched != "rtds" or str(tags.get("target")) != "xen":
+        return False
+    extratime, budget, period = (number(tags.get(k)) for k in ("extratime", "budget", "period"))
+    return bool(extratime) or (budget is not None and budget == period)
+
+
+def number(value) -> float | None:
+    try:
+        found = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if np.isnan(found) else found
+
+
 def all_references(runs: pd.DataFrame) -> dict[tuple, list[Reference]]:
-    """The traced runs without a reservation, by workload, the one with the most records
-    first (repetitions of a reference say how far a second one would differ)."""
+    """The traced runs without a reservation (unreserved), by workload, the one with the most
+    records first (repetitions of a reference say how far a second one would differ)."""
     found: dict[tuple, list[Reference]] = {}
-    for row in runs[runs["sched"] == "none"].itertuples():
+    chosen = [unreserved(row) for row in runs.to_dict("records")]
+    for row in runs[chosen].itertuples():
         meta = results.read_meta(Path(row.path))
         table = demand.run_demands(row.path, meta)
         if table is None or table.empty:

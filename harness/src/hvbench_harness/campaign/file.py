@@ -33,6 +33,7 @@ KNOBS = ("budget", "cap", "weight")
 # A point's scheduler settings, which its model search's reference run leaves out.
 RESERVATION = ("sched", "budget", "period", "priority", "extratime", "weight", "cap", "tslice_us",
                "ratelimit_us")  # fmt: skip
+XEN_REFERENCE_PERIOD_US = 100_000
 # Campaign settings: the run request's fields (spec.FIELDS) but the target, which the file
 # names once, and rate (records/s over the network's detectors) instead of send_ms.
 SETTING_KEYS = set(spec.CAMPAIGN_KEYS)
@@ -72,11 +73,16 @@ class Point:
         settings["records"] = max(self.detectors(), round(rate_per_s * duration_s))
         return Point(f"{self.id}-rate{rate_per_s:g}", settings)
 
-    def reference(self) -> Point:
-        """The point without a reservation, traced: a model search's reference at its rate."""
+    def reference(self, target: str) -> Point:
+        """The point without a reservation, traced: a model search's reference at its rate.
+        Xen has no SCHED=none: RTDS with the whole period as budget, extratime on."""
         kept = {k: v for k, v in self.settings.items() if k not in RESERVATION}
         rate = f"{self.rate_per_s():g}"
-        return Point(f"reference-rate{rate}", {**kept, "sched": "none", "trace": True})
+        free = {"sched": "none"}
+        if target == "xen":
+            period = self.settings.get("period") or XEN_REFERENCE_PERIOD_US
+            free = {"sched": "rtds", "period": period, "budget": period, "extratime": 1}
+        return Point(f"reference-rate{rate}", {**kept, **free, "trace": True})
 
     def at(self, knob: str, value: float) -> Point:
         """The point at one value of the model search's knob."""

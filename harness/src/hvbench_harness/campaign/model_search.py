@@ -99,7 +99,7 @@ class Search:
         advice and the value below it (none where no value meets the SLO in the simulation,
         or the reference failed)."""
         for point in self.campaign.points:
-            reference = point.reference()
+            reference = point.reference(self.campaign.target)
             if (reference.id, 0) in self.tried:
                 continue
             self.tried[(reference.id, 0)] = 1
