@@ -1,10 +1,12 @@
 """Xen Credit beside other domains' busy vCPUs (hvbench_analysis.credit) on cases worked out
-by hand from credit.c's rules, and its long-run shares against the weights."""
+by hand from credit.c's rules; with Credit2 (hvbench_analysis.credit2), what both must do:
+nothing alone, the long-run shares the weights give, never sooner than alone."""
 
 import numpy as np
 import pytest
 from hvbench_analysis import prediction, simulate
 from hvbench_analysis.credit import credit_beside
+from hvbench_analysis.credit2 import credit2_beside
 
 MS = 1_000_000
 
@@ -15,17 +17,22 @@ def light_records(n=3_000, seed=7):
     return arrivals, rng.integers(MS // 3, 3 * MS // 2, n)
 
 
-def test_alone_on_its_cpu_it_is_no_reservation():
+MODELS = [credit_beside, credit2_beside]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_alone_on_its_cpu_it_is_no_reservation(model):
     arrivals, demands = light_records()
-    done = credit_beside(arrivals, demands, neighbours=[])
+    done = model(arrivals, demands, neighbours=[])
     assert np.array_equal(done, simulate.unconstrained(arrivals, demands))
 
 
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize(("weight", "share"), [(256, 1 / 2), (512, 2 / 3), (128, 1 / 3)])
-def test_a_busy_vcpu_beside_another_gets_the_share_its_weight_gives(weight, share):
+def test_a_busy_vcpu_beside_another_gets_the_share_its_weight_gives(model, weight, share):
     arrivals = np.arange(3_000, dtype=np.int64) * MS  # 2 ms of work every 1 ms: never idle
     demands = np.full(3_000, 2 * MS)
-    done = credit_beside(arrivals, demands, weight=weight, neighbours=[256])
+    done = model(arrivals, demands, weight=weight, neighbours=[256])
     assert demands.sum() / (done[-1] - arrivals[0]) == pytest.approx(share, abs=0.01)
 
 
@@ -52,11 +59,12 @@ def test_a_vcpu_over_its_share_waits_while_the_neighbour_is_under():
     assert credit_beside([0], [100 * MS], neighbours=[256], phase=0).tolist() == [161 * MS]
 
 
-def test_beside_busy_neighbours_no_record_is_done_sooner_than_alone():
+@pytest.mark.parametrize("model", MODELS)
+def test_beside_busy_neighbours_no_record_is_done_sooner_than_alone(model):
     arrivals, demands = light_records()
     alone = simulate.unconstrained(arrivals, demands)
     for neighbours in ([256], [256, 256], [64]):
-        assert (credit_beside(arrivals, demands, neighbours=neighbours) >= alone).all()
+        assert (model(arrivals, demands, neighbours=neighbours) >= alone).all()
 
 
 def test_more_weight_for_the_neighbours_means_a_longer_tail():
