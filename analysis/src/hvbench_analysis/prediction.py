@@ -89,8 +89,8 @@ def server(sched: str, reservation: dict) -> Server:
 
 
 def beside_neighbours(sched: str, reservation: dict) -> Server:
-    """On one CPU beside always-busy vCPUs of other domains (`beside`): under Credit their
-    weights; under RTDS their budget_us, period_us and extratime, the periods aligned."""
+    """On one CPU beside always-busy vCPUs of other domains (`beside`): under Credit and
+    Credit2 their weights; under RTDS their budget_us, period_us and extratime."""
     if sched == "rtds":
         return rtds_beside(reservation)
     if sched not in ("credit", "credit2"):
