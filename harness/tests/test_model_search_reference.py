@@ -184,3 +184,29 @@ def test_on_xen_the_reference_is_rtds_with_the_whole_period_as_budget():
     bare = campaign.file.Point("p02", {"sched": "deadline", "budget": 8000}).reference("bare")
     assert bare.settings == {"sched": "none", "trace": True}
     assert bare.id == "reference-rate60"
+
+
+def test_max_runs_holds_while_the_search_runs_its_starts(tmp_path):
+    # two references and two starts a rate from the simulator: max_runs 4 ends it after the
+    # first start of each rate, whatever the simulator advised
+    script = tmp_path / "fake_run.py"
+    script.write_text(FAKE)
+    doc = definition()
+    doc["search"]["max_runs"] = 4
+    path = tmp_path / "capped.yml"
+    path.write_text(yaml.safe_dump(doc))
+    code = campaign.run_campaign(
+        campaign.load(path), run_args(tmp_path), harness=(sys.executable, str(script))
+    )
+    index = json.loads((tmp_path / "results" / "capped" / "campaign.json").read_text())
+    assert code == 0 and index["search"]["runs"] == len(index["runs"]) == 4
+    assert [e["settings"]["sched"] for e in index["runs"]] == ["none", "none"] + ["deadline"] * 2
+
+
+def test_max_runs_that_leaves_nothing_after_the_references_is_refused(tmp_path):
+    doc = definition()
+    doc["search"]["max_runs"] = 2
+    path = tmp_path / "few.yml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(campaign.CampaignError, match="max_runs 2 leaves no run after the 2"):
+        campaign.load(path)

@@ -88,7 +88,9 @@ def test_the_search_runs_the_references_first_then_the_simulators_advice(advised
     for point, values in search["simulated_start"].items():
         assert values[0] in BUDGETS and values == sorted(values, reverse=True)
         ran = [e["settings"]["budget"] for e in runs if e["run_id"].startswith(f"{point}-")]
-        assert ran[: len(values)] == values
+        # the second start may not run: MAX_RUNS holds whatever the simulator advised
+        shown = min(len(ran), len(values))
+        assert shown >= 1 and ran[:shown] == values[:shown]
     assert search["model"] == str(folder / "model")
 
 

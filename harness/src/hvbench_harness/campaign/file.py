@@ -370,7 +370,14 @@ def check_points(campaign: Campaign) -> list[str]:
     errors = []
     points = campaign.points
     if isinstance(campaign.search, ModelSearch):
-        points = [p.at(campaign.search.knob, v) for p in points for v in campaign.search.values]
+        s = campaign.search
+        points = [p.at(s.knob, v) for p in points for v in s.values]
+        if s.reference:  # one at each rate, first, counted among the runs
+            references = {r.id: r for r in (p.reference(campaign.target) for p in campaign.points)}
+            points += list(references.values())
+            if s.max_runs is not None and s.max_runs <= len(references):
+                errors.append(f"search: max_runs {s.max_runs} leaves no run after the "
+                              f"{len(references)} reference run(s)")  # fmt: skip
     elif campaign.search:
         points = [
             p.with_rate(r, campaign.search.duration_s)

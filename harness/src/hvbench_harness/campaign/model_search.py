@@ -62,14 +62,14 @@ class Search:
         self.record["steps"] = []  # replayed from the runs done before
         for point in self.campaign.points:
             self.record["points"][point.id] = {"settings": point.settings, "runs": []}
+        limit = self.search.max_runs or self.campaign.grid_runs()
         starts = self.simulated_starts() if self.search.reference else {}
         plan = {p.id: starts.get(p.id) or first_values(self.search.values)
                 for p in self.campaign.points}  # fmt: skip
         for i in range(max(len(values) for values in plan.values())):
             for point in self.campaign.points:
-                if i < len(plan[point.id]):
+                if i < len(plan[point.id]) and sum(self.tried.values()) < limit:
                     self.run_at(point, plan[point.id][i])
-        limit = self.search.max_runs or self.campaign.grid_runs()
         while sum(self.tried.values()) < limit:
             fitted = self.fit()
             step = {"runs": sum(self.tried.values()), "advice": self.advice(fitted)}
