@@ -83,9 +83,12 @@ def test_the_search_runs_the_references_first_then_the_simulators_advice(advised
     for e in first:  # a real trace of the job's threads, which the simulator replays
         trace = json.loads((folder / e["run_id"] / "meta.json").read_text())["trace"]
         assert trace["lines"] > 0 and trace["threads"]
-    # each rate starts at the simulator's advice (and the value below it, if there is one)
-    assert sorted(search["simulated_start"]) == sorted(search["points"])
-    for point, values in search["simulated_start"].items():
+    # each rate starts at the simulator's advice (and the value below it, if there is one);
+    # where no budget met the SLO in the simulation (a reference slower than the SLO on a
+    # loaded machine), at the smallest budget, as a search without references
+    assert set(search["simulated_start"]) <= set(search["points"])
+    for point in search["points"]:
+        values = search["simulated_start"].get(point, [BUDGETS[0]])
         assert values[0] in BUDGETS and values == sorted(values, reverse=True)
         ran = [e["settings"]["budget"] for e in runs if e["run_id"].startswith(f"{point}-")]
         # the second start may not run: MAX_RUNS holds whatever the simulator advised
