@@ -7,12 +7,20 @@ import os
 import signal
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from hvbench_harness.parts import RunError
 from hvbench_harness.targets import bare as bare_target
 from hvbench_harness.targets import testbed as testbed_target
-from hvbench_harness.watch import RECONNECT_S, Progress, Stall, stall_limit, wait_for_producers
+from hvbench_harness.watch import (
+    RECONNECT_S,
+    Progress,
+    Stall,
+    drained,
+    stall_limit,
+    wait_for_producers,
+)
 
 
 def figures(got: int, due: int = 360, letters: int = 0) -> dict:
@@ -71,6 +79,22 @@ def test_producers_stopped_after_the_consumers_had_everything_fail_the_run_not_h
         os.kill(hung.pid, signal.SIGCONT)
         hung.kill()
         hung.wait()
+
+
+def test_consumers_that_end_before_the_producers_are_seen_to_still_end_in_draining(tmp_path):
+    # A loaded machine's race (it failed the bad-input integration test once): the consumer had
+    # every record and ended while the producers were still exiting. Real processes; the
+    # target is a stand-in that records its energy marks.
+    producers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])]
+    consumer = subprocess.Popen([sys.executable, "-c", "pass"])
+    consumer.wait()
+    meta = {"status": {"state": "running", "reason": None, "phase": "sending"}}
+    marks: list[str] = []
+    target = SimpleNamespace(energy=SimpleNamespace(mark=marks.append))
+    clients = (SimpleNamespace(work=tmp_path), [(consumer, None)], producers)
+    drained(None, target, clients, SimpleNamespace(pids=[]), meta, None)
+    assert meta["status"]["phase"] == "draining" and marks == ["sent"]
+    assert producers[0].returncode == 0
 
 
 def test_the_progress_line_has_the_latency_so_far_and_the_time_left():

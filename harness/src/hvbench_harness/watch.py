@@ -154,6 +154,7 @@ def drained(request, target, clients: tuple, usage, meta_doc: dict, deadline) ->
         # the consumers had every record before the producers were seen to end (under load,
         # a producer's exit can take seconds): the sending window still ends when they do
         wait_for_producers(producers)
+        enter(meta_doc, "draining")  # a completed run has passed through it, whichever came first
         target.energy.mark("sent")
     if sys.stdout.isatty():
         print()
