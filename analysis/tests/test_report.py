@@ -215,7 +215,7 @@ def test_the_same_figure_is_the_same_file_every_time(tmp_path):
     for folder in ("a", "b"):
         fig, ax = figures.axes()
         ax.plot([1, 2, 3], [3.0, 1.0, 2.0])
-        figures.save(fig, tmp_path / folder, "f")
+        figures.save(fig, tmp_path / folder, "f").png()
     for suffix in ("png", "svg", "pdf"):
         first, second = (tmp_path / f / f"f.{suffix}" for f in ("a", "b"))
         assert first.read_bytes() == second.read_bytes(), suffix

@@ -117,7 +117,8 @@ def test_percentile_table_per_run_and_config(tmp_path):
 
 def test_quantized_recording_equals_recording_every_sample():
     rng = np.random.default_rng(0)
-    values = np.concatenate([rng.integers(1, 5000, 2000), rng.lognormal(15, 2, 20_000)])
+    edges = [1, 1023, 1024, 2047, 2048, 2049, 4095, 4096, 2**40 - 1, 2**40, hdr.HIGHEST_NS]
+    values = np.concatenate([rng.integers(1, 5000, 2000), rng.lognormal(15, 2, 20_000), edges])
     values = values.clip(1, hdr.HIGHEST_NS).astype(np.int64)
     one_by_one = HdrHistogram(hdr.LOWEST_NS, hdr.HIGHEST_NS, hdr.DIGITS)
     for v in values.tolist():
@@ -127,6 +128,8 @@ def test_quantized_recording_equals_recording_every_sample():
     for p in (1, 50, 90, 99, 99.9, 100):
         assert bulk.get_value_at_percentile(p) == one_by_one.get_value_at_percentile(p)
     assert bulk.get_max_value() == one_by_one.get_max_value()
+    assert bulk.get_min_value() == one_by_one.get_min_value()
+    assert bulk.encode() == one_by_one.encode()  # the same counts, bucket by bucket
 
 
 def test_interval_log_reads_back(tmp_path):

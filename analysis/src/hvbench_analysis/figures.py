@@ -3,7 +3,6 @@ exceedance curves (the tail first), latency densities, latency over time."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,11 +10,15 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 
+# imported here once, not again in every child that writes a figure (drawing.py)
+import matplotlib.backends.backend_pdf
+import matplotlib.backends.backend_svg
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import ticker
 from matplotlib.patches import Patch
 
+from hvbench_analysis import drawing
 from hvbench_analysis.compare import ecdf_band
 from hvbench_analysis.stats import ecdf_points, exceedance_points, percentile
 
@@ -250,18 +253,21 @@ def over_time(
     return fig
 
 
-def save(fig: plt.Figure, directory: Path, name: str) -> bytes:
+def save(fig: plt.Figure, directory: Path, name: str) -> drawing.Drawing:
     """Write name.png, name.svg and name.pdf (for papers; no dates in them, so that the same
-    figure is the same file); return the PNG bytes (for embedding in the HTML page)."""
+    figure is the same file), in a child process (drawing.py); its png() is the PNG's bytes,
+    for embedding in the HTML page."""
     directory.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    png = buffer.getvalue()
-    (directory / f"{name}.png").write_bytes(png)
-    fig.savefig(directory / f"{name}.svg", format="svg", metadata={"Date": None})
-    fig.savefig(directory / f"{name}.pdf", format="pdf", metadata={"CreationDate": None})
+    png = directory / f"{name}.png"
+
+    def write() -> None:
+        fig.savefig(png, format="png")
+        fig.savefig(directory / f"{name}.svg", format="svg", metadata={"Date": None})
+        fig.savefig(directory / f"{name}.pdf", format="pdf", metadata={"CreationDate": None})
+
+    started = drawing.start(write, name, png)
     plt.close(fig)
-    return png
+    return started
 
 
 STAGE_COLOURS = {"input leg": "tab:blue", "job": "tab:orange", "output leg": "tab:green"}

@@ -17,6 +17,7 @@ a run with no measured sample (every record it received was warm-up, or none cam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
@@ -59,9 +60,10 @@ class Runs:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     left_out: list[LeftOut] = field(default_factory=list)
 
-    @property
+    @cached_property
     def measured(self) -> pd.DataFrame:
-        """Samples outside the warm-up (all of them if the warm-up was not loaded)."""
+        """Samples outside the warm-up (all of them if the warm-up was not loaded); one table,
+        shared by every section (tables.by_config keeps its groups once)."""
         return self.samples[~self.samples["warmup"]]
 
 
@@ -280,6 +282,24 @@ def nothing_measured(meta: dict, samples: pd.DataFrame) -> str | None:
     return f"no measured samples: all {received} records received fell in {warmup}"
 
 
+def tag_row(tags: dict) -> pd.DataFrame:
+    """A row of the run's tags, each column typed as when the tag is set on all its samples."""
+    row = pd.DataFrame(index=[0])
+    for tag, value in tags.items():
+        row[tag] = value
+    for tag in NUMERIC_TAGS:
+        row[tag] = row[tag].astype(float)  # NaN, not None, where it is unknown
+    return row
+
+
+def each_sample(tag_rows: list[pd.DataFrame], frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The runs' tags, a row per sample: the runs' rows together, each repeated for its run's
+    samples (setting each tag on each run's samples, then joining those, took seconds)."""
+    tags = pd.concat(tag_rows, ignore_index=True)
+    counts = [len(frame) for frame in frames]
+    return pd.DataFrame({tag: np.repeat(tags[tag].to_numpy(), counts) for tag in tags.columns})
+
+
 SAMPLE_COLUMNS = [
     *("detector", "seq", "time_s", "latency_ns", "latency_from_intended_ns", "warmup"),
     *stages.LEGS,
@@ -289,20 +309,18 @@ SAMPLE_COLUMNS = [
 def tables_of(loaded: list[tuple[dict, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The runs table (one row per run, with its setup label and repetition number) and every
     sample, each tagged with its run's settings."""
-    rows, frames = [], []
+    rows, frames, tag_rows = [], [], []
     for run, samples in loaded:
         tags = run["tags"]
         rows.append({**tags, **facts(run["meta"]), "path": str(run["path"])})
-        for tag, value in tags.items():
-            samples[tag] = value
-        for tag in NUMERIC_TAGS:
-            samples[tag] = samples[tag].astype(float)  # NaN, not None, where it is unknown
         frames.append(samples)
+        tag_rows.append(tag_row(tags))
     runs = pd.DataFrame(rows, columns=[*TAGS, *facts({}).keys(), "path"])
     runs["setup"] = setup_labels(runs)
     number_repetitions(runs)
     if frames:
-        samples = pd.concat(frames, ignore_index=True)
+        samples = pd.concat([pd.concat(frames, ignore_index=True), each_sample(tag_rows, frames)],
+                            axis=1)  # fmt: skip
         for tag in ("rep", "setup"):  # known once every run is loaded
             samples[tag] = samples["run_id"].map(dict(zip(runs["run_id"], runs[tag], strict=True)))
     else:

@@ -8,6 +8,7 @@ p99, with 95 % bootstrap intervals over runs (compare.bootstrap_mean_ci).
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -38,10 +39,31 @@ def scheduler_name(sched: str, target: str, several_targets: bool) -> str:
     return f"{name} ({target})" if several_targets else name
 
 
+# by_config's groups of each samples table still in use, by the table's id (every section asks)
+_CONFIGS: dict[int, list[tuple[dict, pd.DataFrame]]] = {}
+
+
 def by_config(measured: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
-    """(configuration tags, its samples) for each configuration, repetitions pooled."""
-    groups = measured.groupby(list(CONFIG), dropna=False, sort=True, observed=True)
-    return [(dict(zip(CONFIG, key, strict=True)), group) for key, group in groups]
+    """(configuration tags, its samples) for each configuration, repetitions pooled, in the
+    order of the tags; computed once per samples table."""
+    key = id(measured)
+    if key not in _CONFIGS:
+        _CONFIGS[key] = config_groups(measured)
+        weakref.finalize(measured, _CONFIGS.pop, key, None)
+    return list(_CONFIGS[key])
+
+
+def config_groups(measured: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
+    """The configurations are found among the runs (a row each), not among the samples (a
+    million rows, each with every tag), then each one's samples picked by run."""
+    codes, _ = pd.factorize(measured["run_id"])
+    first = np.unique(codes, return_index=True)[1]
+    runs = measured.iloc[first][list(CONFIG)].assign(code=codes[first])
+    groups = runs.groupby(list(CONFIG), dropna=False, sort=True, observed=True)
+    return [
+        (dict(zip(CONFIG, key, strict=True)), measured[np.isin(codes, group["code"])])
+        for key, group in groups
+    ]
 
 
 def percentile_table(

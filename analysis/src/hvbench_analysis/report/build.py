@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from hvbench_analysis import drawing
 from hvbench_analysis.load import Runs, load_runs, run_dirs
 from hvbench_analysis.report.campaigns import campaign_section
 from hvbench_analysis.report.energy import energy_section
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # e.g. a reference that matches no run
         print(f"report: {e}", file=sys.stderr)
         return 1
+    finally:
+        drawing.finish()
     for name, reason in runs.skipped:
         print(f"report: skipped {name}: {reason}", file=sys.stderr)
     for run in runs.left_out:

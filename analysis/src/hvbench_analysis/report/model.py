@@ -7,14 +7,18 @@ import json
 import math
 from pathlib import Path
 
-from hvbench_analysis import figures, model
-from hvbench_analysis.model.advice import Advice, advice_text
+from hvbench_analysis import figures
 from hvbench_analysis.report.page import OutDirs, Page, table_with_note
 
 
 def model_section(page: Page, results: Path, dirs: OutDirs) -> None:
     """Only where the results folder holds a model (results/<campaign>/model)."""
     folder = results / "model"
+    if not folder.is_dir():
+        return
+    # the model's package imports scikit-learn and SciPy (a second at start): only when needed
+    from hvbench_analysis import model
+
     if not (folder / model.MODEL_FILE).exists():
         return
     page.h(2, "Performance model")
@@ -77,6 +81,8 @@ def forms_text(doc: dict) -> str:
 
 
 def advice_paragraph(page: Page, path: Path) -> None:
+    from hvbench_analysis.model.advice import Advice, advice_text  # imported once model_section ran
+
     try:
         record = json.loads(path.read_text())
         text = advice_text(Advice(**record["advice"]))

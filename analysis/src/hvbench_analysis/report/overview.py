@@ -84,9 +84,12 @@ def runs_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutDirs
     tables.write(
         runs.runs.drop(columns=["sched_readback", "sched_readback_at_end"]), dirs.tables, "runs"
     )
+    # each run's samples, only the columns drawn (a copy of every column per run took seconds)
+    drawn = runs.samples[["run_id", "time_s", "latency_ns", "warmup"]]
+    by_run = dict(tuple(drawn.groupby("run_id", observed=True, sort=False)))
     for row in runs.runs.itertuples():
         run_facts(page, row)
-        run_over_time(page, row, runs.samples[runs.samples["run_id"] == row.run_id], args, dirs)
+        run_over_time(page, row, by_run.get(row.run_id, drawn.iloc[:0]), args, dirs)
 
 
 def run_facts(page: Page, row) -> None:

@@ -5,15 +5,14 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis import (
-    tables,
-)
+from hvbench_analysis import drawing, tables
 from hvbench_analysis.labels import config_label
 
 CSS = """
@@ -44,7 +43,7 @@ class Page:
 
     def __init__(self, title: str) -> None:
         self.title = title
-        self.parts: list[str] = []
+        self.parts: list[str | Callable[[], str]] = []  # a callable: a figure being drawn
         self.sections: list[tuple[str, str]] = []  # (anchor, heading): the contents
 
     def h(self, level: int, text: str) -> None:
@@ -59,14 +58,20 @@ class Page:
         attr = f' class="{cls}"' if cls else ""
         self.parts.append(f"<p{attr}>{html.escape(text)}</p>")
 
-    def figure(self, png: bytes, alt: str, name: str) -> None:
-        data = base64.b64encode(png).decode()
-        self.parts.append(
-            f'<figure><img class="figure" alt="{html.escape(alt)}" '
-            f'src="data:image/png;base64,{data}"><figcaption class="note">'
-            f"{html.escape(alt)} (figures/{html.escape(name)}.png, .svg, .pdf)"
-            "</figcaption></figure>"
-        )
+    def figure(self, drawn: drawing.Drawing, alt: str, name: str) -> None:
+        """A figure whose files a child process is writing: its PNG is embedded when the page
+        is rendered."""
+
+        def markup() -> str:
+            data = base64.b64encode(drawn.png()).decode()
+            return (
+                f'<figure><img class="figure" alt="{html.escape(alt)}" '
+                f'src="data:image/png;base64,{data}"><figcaption class="note">'
+                f"{html.escape(alt)} (figures/{html.escape(name)}.png, .svg, .pdf)"
+                "</figcaption></figure>"
+            )
+
+        self.parts.append(markup)
 
     def table(self, table: pd.DataFrame, name: str | None = None, digits: int = 2) -> None:
         if table.empty:
@@ -99,7 +104,7 @@ class Page:
         return f'<nav class="contents"><h2>Contents</h2><ol>{items}</ol></nav>' if items else ""
 
     def render(self) -> str:
-        body = "\n".join(self.parts)
+        body = "\n".join(part if isinstance(part, str) else part() for part in self.parts)
         return (
             f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{html.escape(self.title)}</title><style>{CSS}</style></head>\n"
