@@ -41,6 +41,7 @@ import pandas as pd
 
 from hvbench_analysis import credit, credit2, demand, edf, results, simulate
 from hvbench_analysis.stats import percentile
+from hvbench_analysis.tags import float_or_none
 
 US = 1_000
 QUANTILES = {"p50": 50, "p90": 90, "p99": 99, "p99.9": 99.9, "max": 100}
@@ -215,6 +216,9 @@ class Reference:
         return late["latency_ns"].to_numpy()
 
 
+SERVER_TAGS = ("extratime", "budget", "period")
+
+
 def unreserved(tags) -> bool:
     """A run the scheduler did not hold back: no reservation; on Xen (which has no SCHED=none)
     RTDS with extratime on or the whole period as budget, its pool's CPU to itself."""
@@ -223,16 +227,8 @@ def unreserved(tags) -> bool:
         return True
     if sched != "rtds" or str(tags.get("target")) != "xen":
         return False
-    extratime, budget, period = (number(tags.get(k)) for k in ("extratime", "budget", "period"))
+    extratime, budget, period = (float_or_none(tags.get(k)) for k in SERVER_TAGS)
     return bool(extratime) or (budget is not None and budget == period)
-
-
-def number(value) -> float | None:
-    try:
-        found = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if np.isnan(found) else found
 
 
 def all_references(runs: pd.DataFrame) -> dict[tuple, list[Reference]]:

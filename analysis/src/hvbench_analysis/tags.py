@@ -3,6 +3,8 @@ setup, each as one value (None where a target has none); what a configuration's 
 
 from __future__ import annotations
 
+import math
+
 from hvbench_analysis.fields import FIELDS, PRODUCERS
 from hvbench_analysis.sections import Energy, Status, present
 from hvbench_analysis.sections import ResultsError as RunError
@@ -178,6 +180,15 @@ def number_or_none(value) -> float | int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return value
+
+
+def float_or_none(value) -> float | None:
+    """A tag's value as a float, or None where it is absent, NaN or not a number."""
+    try:
+        found = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(found) else found
 
 
 def text_or_none(value) -> str | None:

@@ -14,6 +14,7 @@ import pandas as pd
 from hvbench_analysis import prediction
 from hvbench_analysis.load import load_runs, run_dirs
 from hvbench_analysis.model.table import DEFAULTS, SIM, SIM_COLUMNS, STATISTICS, run_statistics
+from hvbench_analysis.tags import float_or_none
 
 
 def key_of(row) -> tuple[str, float, str]:
@@ -91,8 +92,7 @@ def reservation(row: dict) -> dict:
     """A model row's setting as prediction takes it (as asked: the model's inputs are)."""
 
     def number(name):
-        value = row.get(name)
-        return None if value is None or pd.isna(value) else float(value)
+        return float_or_none(row.get(name))
 
     budget, period = number("budget"), number("period")
     if budget is not None and period is None:
