@@ -6,9 +6,10 @@
 1. Kafka echo: a producer sends records like the producers' at 60 rec/s to topic `in`, an echo
    process forwards each to `out` at once, and a consumer stamps it: two Kafka hops, no Flink.
 2. The pipeline at 60 rec/s (six producers, 100 ms each) through the real job: p50 next to the
-   echo's (goal ratio ≤ 3), p99.9 (goal ≤ 10 ms on an idle machine) and what it adds to the
-   echo's p99.9 (goal ≤ 5 ms), with the stage legs (input, job, output) of its records.
-3. Rising rates until p99 passes 50 ms: the highest rate that stays under (goal ≥ 1,200 rec/s).
+   echo's (goal ratio ≤ 1.5) and what it adds to the echo's p99.9 (goal ≤ 1 ms), with the
+   stage legs (input, job, output) of its records.
+3. Rising rates until p99 passes 50 ms: the highest rate that stays under (goal ≥ 2,400 rec/s;
+   `--floor-only` stops after step 2).
    Each rate is a fresh run that ramps up over 30 s and is measured after a 60 s warm-up: the
    JVMs compile their hot code for about a minute on two cores, and at full rate from a cold
    start they build a backlog that outlasts any short warm-up. Steps 1 and 2 exclude their
@@ -225,6 +226,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--ramp-seconds", type=float, default=30.0, help="of each rate step")
     p.add_argument("--warmup-seconds", type=float, default=60.0, help="of each rate step")
     p.add_argument("--step-seconds", type=float, default=60.0, help="measured, per rate step")
+    p.add_argument(
+        "--floor-only", action="store_true", help="steps 0 to 2 only: the latency at 60 rec/s"
+    )
     return p.parse_args()
 
 
@@ -310,21 +314,20 @@ def main() -> int:
         "max_ms": float(echo_ms.max()),
     }
     at_60 = pipeline(args, records_60, 100.0, args.warmup_seconds, "bench-60")
-    steps = rate_steps(args)
+    steps = [] if args.floor_only else rate_steps(args)
     best = sustainable(steps)
     lat = at_60["latency"] or {}
     ratio = lat.get("p50_ms", float("nan")) / echo["p50_ms"]
     added = lat.get("p99.9_ms", float("nan")) - echo["p99.9_ms"]
     print_figures(noise, echo, at_60, steps)
     goals = [
-        (f"pipeline p50 / echo p50 ≤ 3 (measured {ratio:.2f})", ratio <= 3),
-        (
-            f"p99.9 at 60 rec/s ≤ 10 ms (measured {lat.get('p99.9_ms', 0):.2f})",
-            lat.get("p99.9_ms", 1e9) <= 10,
-        ),
-        (f"pipeline p99.9 − echo p99.9 ≤ 5 ms (measured {added:.2f})", added <= 5),
-        (f"highest rate with p99 ≤ 50 ms ≥ 1200 rec/s (measured {best:g})", best >= 1200),
+        (f"pipeline p50 / echo p50 ≤ 1.5 (measured {ratio:.2f})", ratio <= 1.5),
+        (f"pipeline p99.9 − echo p99.9 ≤ 1 ms (measured {added:.2f})", added <= 1),
     ]
+    if steps:
+        goals.append(
+            (f"highest rate with p99 ≤ 50 ms ≥ 2400 rec/s (measured {best:g})", best >= 2400)
+        )
     for goal, met in goals:
         print(f"  goal {goal}: {'met' if met else 'MISSED'}")
     OUT.mkdir(exist_ok=True)

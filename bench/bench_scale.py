@@ -51,9 +51,10 @@ LAYOUTS = {
 }
 DETECTORS = {"bay": 325, "bay grouped": 325}  # the other layouts: the six freeway detectors
 BAY_DATA = ("bay", "bay grouped")
-GROUPED_RATES = "2400,3000,3600,4800,6000"
+GROUPED_RATES = "2400,3000,3600,4800,6000,7200"
 BLUE_DANUBE_PER_CORE = 8_300
-GOAL = 2_400  # records/s on two cores at p99 ≤ 50 ms (issue 22)
+# records/s on two cores at p99 ≤ 50 ms: a record a message (p=1), and grouped (issue 44)
+GOALS = {"p=1": 2_400, "grouped": 6_000}
 
 
 def parse_args() -> argparse.Namespace:
@@ -111,8 +112,13 @@ def main() -> int:
             f"  {name:<8} sustains {found['sustainable']:g} rec/s = {found['per_core']:.0f} "
             f"rec/s per core ({ratio:.3f} of Blue Danube's {BLUE_DANUBE_PER_CORE} tuples/s/core)"
         )
-    best = max(f["sustainable"] for f in figures.values())
-    print(f"  goal ≥ {GOAL} rec/s on {cores} cores: {'met' if best >= GOAL else 'MISSED'}")
+    for name, goal in GOALS.items():
+        if name in figures:
+            best = figures[name]["sustainable"]
+            print(
+                f"  goal {name} ≥ {goal} rec/s on {cores} cores (measured {best:g}): "
+                f"{'met' if best >= goal else 'MISSED'}"
+            )
     OUT.mkdir(exist_ok=True)
     doc = {"cores": cores, "layouts": figures, "blue_danube_per_core": BLUE_DANUBE_PER_CORE}
     (OUT / "scale.json").write_text(json.dumps(doc, indent=1) + "\n")
