@@ -355,4 +355,3 @@ def test_band_figure_draws_single_runs_as_plain_lines():
         "one run (1 run, n=2,000)",
         "95 % interval over runs",
     ]
-    figures.plt.close(fig)

@@ -1,6 +1,5 @@
 """Tail-first figures (exceedance curves, ECDFs on a log axis) and the tables as LaTeX."""
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -60,7 +59,6 @@ def test_the_exceedance_figure_draws_each_curve_to_its_maximum_on_log_axes():
     x, s = ax.lines[0].get_data()
     assert x[-1] == 1000.0 and s[-1] == pytest.approx(1 / 1000)
     assert ax.get_ylim()[0] < 1 / 1000
-    plt.close(fig)
 
 
 def test_the_ecdf_has_a_log_latency_axis_by_default_and_still_cuts_at_xlim():
@@ -71,7 +69,5 @@ def test_the_ecdf_has_a_log_latency_axis_by_default_and_still_cuts_at_xlim():
     left, right = ax.get_xlim()
     assert 0 < left < 4 and right == 40
     assert [t.get_text() for t in ax.texts] == ["max 1,400.0 ms"]  # the cut tail's arrow
-    plt.close(fig)
     linear = figures.ecdf([("a", latencies)], "t", xlim_ms=40, log=False)
     assert linear.axes[0].get_xscale() == "linear" and linear.axes[0].get_xlim() == (0, 40)
-    plt.close(linear)

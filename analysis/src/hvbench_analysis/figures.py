@@ -13,9 +13,10 @@ matplotlib.use("Agg")  # files only, no display
 # imported here once, not again in every child that writes a figure (drawing.py)
 import matplotlib.backends.backend_pdf
 import matplotlib.backends.backend_svg
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import ticker
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from hvbench_analysis import drawing
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 WIDTH, HEIGHT = 7.0, 4.0  # inches; a column-and-a-half figure
-plt.rcParams.update(
+matplotlib.rcParams.update(
     {
         "figure.dpi": 100,
         "savefig.dpi": 130,
@@ -40,9 +41,10 @@ plt.rcParams.update(
 )
 
 
-def axes(height: float = HEIGHT) -> tuple[plt.Figure, plt.Axes]:
+def axes(height: float = HEIGHT) -> tuple[Figure, Axes]:
     """A figure with fixed margins (computing a tight layout costs more than drawing)."""
-    fig, ax = plt.subplots(figsize=(WIDTH, height))
+    fig = Figure(figsize=(WIDTH, height))  # not pyplot's: nothing keeps it once it is written
+    ax = fig.subplots()
     fig.subplots_adjust(left=0.09, right=0.97, bottom=0.12 * HEIGHT / height, top=0.91)
     return fig, ax
 
@@ -59,7 +61,7 @@ def ecdf(
     title: str,
     xlim_ms: float | None = None,
     log: bool = True,
-) -> plt.Figure:
+) -> Figure:
     """ECDF of latency (ms, log scale unless log=False) per curve. With an x limit, a curve
     that runs past it ends in an arrow at the right edge labelled with its true maximum, so a
     cut tail is never hidden."""
@@ -109,7 +111,7 @@ def log_left_limit(curves: list[tuple[str, np.ndarray]], xlim_ms: float | None) 
     return min(left, xlim_ms / 10) if xlim_ms is not None else left
 
 
-def exceedance(curves: list[tuple[str, np.ndarray]], title: str) -> plt.Figure:
+def exceedance(curves: list[tuple[str, np.ndarray]], title: str) -> Figure:
     """Tail first: per curve, the fraction of records at latency x or slower (1 − F, log scale)
     against x (ms, log scale). Each curve ends at its maximum (1/n), marked with a dot, so the
     last few records, which an ECDF squeezes into its top pixel, spread over decades here."""
@@ -143,9 +145,7 @@ def fraction_log_axis(axis) -> None:
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def ecdf_bands(
-    configs: list[tuple[str, list[np.ndarray]]], title: str, seed: int = 0
-) -> plt.Figure:
+def ecdf_bands(configs: list[tuple[str, list[np.ndarray]]], title: str, seed: int = 0) -> Figure:
     """ECDF of latency (ms, log scale) per configuration, its runs pooled, each given as
     (label, [latencies of each run]). A configuration with ≥ 2 runs gets a shaded band: at each
     level F, the 95 % bootstrap interval over runs of the mean of the runs' F-quantiles
@@ -199,7 +199,7 @@ def log_density(values_ms: np.ndarray, points: int = 512) -> tuple[np.ndarray, n
     return 10**grid, density
 
 
-def density(curves: list[tuple[str, np.ndarray]], title: str) -> plt.Figure:
+def density(curves: list[tuple[str, np.ndarray]], title: str) -> Figure:
     """Latency density per configuration, on a log latency axis."""
     fig, ax = axes()
     for label, values_ns in curves:
@@ -218,7 +218,7 @@ def density(curves: list[tuple[str, np.ndarray]], title: str) -> plt.Figure:
 
 def over_time(
     time_s: np.ndarray, latency_ns: np.ndarray, warmup: np.ndarray, title: str, bins: int = 300
-) -> plt.Figure:
+) -> Figure:
     """Latency against the record's scheduled send time: per time bin the median, p99 and
     maximum, and the warm-up shaded. Every sample counts; the plot stays small. Bins hold at
     least 200 samples where possible, so that their p99 is not simply their maximum."""
@@ -253,7 +253,7 @@ def over_time(
     return fig
 
 
-def save(fig: plt.Figure, directory: Path, name: str) -> drawing.Drawing:
+def save(fig: Figure, directory: Path, name: str) -> drawing.Drawing:
     """Write name.png, name.svg and name.pdf (for papers; no dates in them, so that the same
     figure is the same file), in a child process (drawing.py); its png() is the PNG's bytes,
     for embedding in the HTML page."""
@@ -265,15 +265,13 @@ def save(fig: plt.Figure, directory: Path, name: str) -> drawing.Drawing:
         fig.savefig(directory / f"{name}.svg", format="svg", metadata={"Date": None})
         fig.savefig(directory / f"{name}.pdf", format="pdf", metadata={"CreationDate": None})
 
-    started = drawing.start(write, name, png)
-    plt.close(fig)
-    return started
+    return drawing.start(write, name, png)
 
 
 STAGE_COLOURS = {"input leg": "tab:blue", "job": "tab:orange", "output leg": "tab:green"}
 
 
-def stage_bands(configs: list[tuple[str, pd.DataFrame]], title: str) -> plt.Figure:
+def stage_bands(configs: list[tuple[str, pd.DataFrame]], title: str) -> Figure:
     """Where the time went, per configuration and latency band (stages.by_band): one bar per
     band, its segments the mean input leg, job and output leg (ms), adding up to the band's
     mean latency."""
@@ -296,7 +294,7 @@ def stage_bands(configs: list[tuple[str, pd.DataFrame]], title: str) -> plt.Figu
 STATE_COLOURS = {"running": "tab:green", "runnable": "tab:red", "blocked": "0.85"}
 
 
-def trace_timeline(record: dict, spans: pd.DataFrame, title: str) -> plt.Figure:
+def trace_timeline(record: dict, spans: pd.DataFrame, title: str) -> Figure:
     """One slow record against the scheduler trace: a lane per traced thread, coloured by its
     state (running, runnable but not running, blocked), over the record's life from send to
     receipt (ms from the send), with the moments it reached and left the job marked."""
@@ -332,10 +330,11 @@ def trace_timeline(record: dict, spans: pd.DataFrame, title: str) -> plt.Figure:
     return fig
 
 
-def predicted_vs_measured(validation: pd.DataFrame, statistics: tuple[str, ...]) -> plt.Figure:
+def predicted_vs_measured(validation: pd.DataFrame, statistics: tuple[str, ...]) -> Figure:
     """One panel per statistic: each held-out configuration's prediction (with its 90 %
     interval) against the mean of its runs, on log axes, with the line of perfect agreement."""
-    fig, panels = plt.subplots(2, 3, figsize=(10, 6.4))
+    fig = Figure(figsize=(10, 6.4))
+    panels = fig.subplots(2, 3)
     for axis, name in zip(panels.flat, statistics, strict=False):
         part = validation[validation["statistic"] == name]
         if part.empty:
@@ -358,7 +357,7 @@ def predicted_vs_measured(validation: pd.DataFrame, statistics: tuple[str, ...])
     return fig
 
 
-def latency_vs_energy(points: list[tuple[str, float, float]], front: list[int]) -> plt.Figure:
+def latency_vs_energy(points: list[tuple[str, float, float]], front: list[int]) -> Figure:
     """Each configuration at (energy per record in mJ, p99 latency in ms), the Pareto front
     (configurations no other beats on both) joined by a line."""
     fig, ax = axes(HEIGHT + 0.25 * len(points))
