@@ -144,3 +144,30 @@ def test_interval_log_reads_back(tmp_path):
         top = max(top, h.get_max_value())
     assert total == len(time_s)
     assert abs(top - latency.max()) <= latency.max() / 1000  # within 3 significant digits
+
+
+def test_configurations_found_among_the_runs_are_those_of_every_sample(tmp_path):
+    # runs whose tags differ in type and presence (a budget, none, a cap), interleaved by name,
+    # with repetitions: the groups are those a grouping of every sample gives, in its order
+    rng = np.random.default_rng(2)
+    settings = [
+        ("a", {"sched": "rtds", "budget": 50_000, "period": 100_000}),
+        ("b", {"sched": "credit", "cap": 50}),
+        ("c", {"sched": "rtds", "budget": 50_000, "period": 100_000}),
+        ("d", {"sched": "credit"}),
+        ("e", {"sched": "rtds", "budget": 75_000, "period": 100_000}),
+    ]
+    for name, tags in settings:
+        write_run(tmp_path / name, rng.integers(MS, 9 * MS, 50 + len(name)), target="xen", **tags)
+    measured = load_runs(run_dirs(tmp_path)).measured
+    groups = measured.groupby(list(tables.CONFIG), dropna=False, sort=True, observed=True)
+    expected = [(dict(zip(tables.CONFIG, k, strict=True)), g) for k, g in groups]
+    found = tables.by_config(measured)
+    assert len(found) == len(expected) == 4
+    for (tags, group), (want_tags, want) in zip(found, expected, strict=True):
+        assert tags.keys() == want_tags.keys()
+        assert all(tags[k] == want_tags[k] or (tags[k] != tags[k] and want_tags[k] != want_tags[k])
+                   for k in tags)  # fmt: skip
+        assert group.index.equals(want.index)  # the same samples, in the same order
+    again = tables.by_config(measured)  # kept: the very same groups, not computed again
+    assert all(a[1] is b[1] for a, b in zip(again, found, strict=True))
