@@ -84,6 +84,8 @@ def test_more_weight_for_the_neighbours_means_a_longer_tail():
         ({"neighbours": [70_000]}, "a weight of 1 to 65535"),
         ({"ratelimit": 40 * MS}, "rate limit from 0 to the time slice"),
         ({"tslice": 25_050_000}, "whole ticks of credits"),
+        ({"cap": 101}, "a cap of 0 .none. to 100"),
+        ({"cap": -1}, "a cap of 0 .none. to 100"),
     ],
 )
 def test_bad_settings_are_refused(kwargs, message):
@@ -94,12 +96,11 @@ def test_bad_settings_are_refused(kwargs, message):
 @pytest.mark.parametrize(
     ("sched", "extra", "message"),
     [
-        ("credit2", {"cap": 50}, "SCHED=credit2 beside busy neighbours: one vCPU"),
+        ("credit2", {"cap": 50}, "SCHED=credit2 beside busy neighbours: one vCPU, without a cap"),
         ("credit", {"beside": [{"budget_us": 1, "period_us": 2}]}, "neighbours are their weights"),
         ("rtds", {"beside": [256]}, "neighbours are budget/period"),
-        ("credit", {"cap": 50}, "one vCPU without a cap only"),
         ("deadline", {}, "beside SCHED=deadline have no model"),
-        ("credit", {"vcpus": 2}, "one vCPU without a cap only"),
+        ("credit", {"vcpus": 2}, "SCHED=credit beside busy neighbours: one vCPU$"),
     ],
 )
 def test_neighbours_the_simulator_has_no_model_for_are_named(sched, extra, message):
@@ -112,3 +113,34 @@ def test_the_prediction_takes_the_weights_and_the_pools_settings():
     serve = prediction.server("credit", {"beside": [256], "weight": 512, "ratelimit_us": 0})
     expected = credit_beside(arrivals, demands, 512, [256], ratelimit=0)
     assert np.array_equal(serve(arrivals, demands), expected)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_capped_vcpu_alone_is_served_as_the_lone_cap_model_serves_it(seed):
+    # simulate.credit_cap was written for a capped domain alone in its pool: the model of the
+    # whole CPU must agree with it record for record when there is no neighbour
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.integers(MS, 40 * MS, 300))
+    demands = rng.integers(MS // 10, 15 * MS, 300)
+    for cap in (10, 35, 80):
+        alone = simulate.credit_cap(arrivals, demands, cap, phase=0)
+        beside_nobody = credit_beside(arrivals, demands, neighbours=[], cap=cap, phase=0)
+        assert np.array_equal(beside_nobody, alone), cap
+
+
+def test_a_cap_below_the_weights_share_sets_the_share_beside_a_busy_neighbour():
+    # 300 ms of work beside an always-busy neighbour of equal weight: half the CPU without a
+    # cap (about 600 ms), a quarter with a cap of 25 (parked whenever it is a cap's credits in
+    # debt): about 1,200 ms; a cap above the weight's share never gives more than that share
+    alone = credit_beside([0], [300 * MS], neighbours=[256], phase=0)[0]
+    capped = credit_beside([0], [300 * MS], neighbours=[256], phase=0, cap=25)[0]
+    loose = credit_beside([0], [300 * MS], neighbours=[256], phase=0, cap=75)[0]
+    assert 500 * MS < alone < 640 * MS
+    assert capped == pytest.approx(1_200 * MS, rel=0.05)
+    assert loose >= alone
+
+
+def test_the_prediction_takes_a_credit_cap_beside_neighbours():
+    arrivals, demands = light_records()
+    serve = prediction.server("credit", {"beside": [256], "cap": 30})
+    assert np.array_equal(serve(arrivals, demands), credit_beside(arrivals, demands, cap=30))

@@ -2,7 +2,7 @@
 always-busy vCPUs, each domain's share of the CPU set by its weight (docs/simulate.md).
 
 As xen/common/sched/credit.c decides it (read at Xen 4.17 and at c447b730; the function names
-below are its own), one vCPU per domain, no cap:
+below are its own), one vCPU per domain:
 - priorities BOOST > UNDER > OVER; the run queue is first come, first served within a priority
   (`__runq_insert`), and a preempted or expired vCPU goes to the tail of its priority;
 - every accounting (`csched_acct`, each time slice, 30 ms by default) the active vCPUs share
@@ -14,12 +14,17 @@ below are its own), one vCPU per domain, no cap:
 - a vCPU that wakes UNDER is BOOSTed (`csched_unit_wake`) and preempts the running vCPU only
   if its priority is strictly higher (`__runq_tickle`);
 - a decision (`csched_schedule`) keeps a runnable vCPU that has run less than the rate limit
-  (1 ms by default) since it was switched in; else the head of the queue runs for a time slice.
+  (1 ms by default) since it was switched in; else the head of the queue runs for a time slice;
+- a cap (% of a CPU) limits what an accounting gives the vCPU to ⌈cap · credits per slice /
+  100⌉; an accounting that finds its credit below minus that parks it (paused, it runs no more,
+  awake or not) until an accounting finds its credit at zero or above; an unparked vCPU is not
+  BOOSTed (the flag is cleared after the unpause, Xen 4.13 and later).
 
 Left out: the ordering of domains in the accounting when credits are handed on (it matters
 only when a domain cannot use its fair share), the run queue's re-sort (every vCPU of a
-priority stays where it was), yield, caps (simulate.credit_cap, alone), load balancing over
-several CPUs, and the cost of a context switch.
+priority stays where it was), yield, caps on the neighbours, load balancing over several
+CPUs, and the cost of a context switch. Alone on its CPU with a cap, the vCPU is served as
+simulate.credit_cap serves it.
 
     done = credit_beside(arrivals, demands, weight=256, neighbours=[256])
 """
@@ -72,16 +77,19 @@ class Vcpu:
     credit: int = 0  # ns of CPU time (a credit is 0.1 ms)
     pri: int = UNDER
     active: bool = False
+    cap: int = 0  # ns of credits an accounting gives at most; 0: no cap
+    parked: bool = False
 
 
 class CreditCpu:
     """One physical CPU under Credit: vcpus[0] serves the records, the others are busy."""
 
-    def __init__(self, weight, neighbours, tslice, ratelimit, phase) -> None:
+    def __init__(self, weight, neighbours, tslice, ratelimit, phase, cap=0) -> None:
         check_weights([weight, *neighbours])
         self.tslice, self.tick = tslice, tslice // TICKS_PER_TSLICE
         self.ratelimit = ratelimit
-        self.ours = Vcpu(weight, busy=False)
+        slice_credits = tslice // NS_PER_CREDIT
+        self.ours = Vcpu(weight, busy=False, cap=ceil_div(cap * slice_credits, 100) * NS_PER_CREDIT)
         self.vcpus = [self.ours] + [Vcpu(w, busy=True) for w in neighbours]
         self.queue = list(self.vcpus[1:])  # the runnable vCPUs not running, in order
         self.current: Vcpu | None = None
@@ -93,7 +101,7 @@ class CreditCpu:
         self.decide()
 
     def runnable(self, v: Vcpu) -> bool:
-        return v.busy or self.work > 0
+        return not v.parked and (v.busy or self.work > 0)
 
     def enqueue(self, v: Vcpu) -> None:
         """At the tail of its priority (`__runq_insert`)."""
@@ -114,7 +122,10 @@ class CreditCpu:
         self.slice_end = now + self.tslice
 
     def wake(self) -> None:
-        """A record for our vCPU, asleep (`csched_unit_wake`, `__runq_tickle`)."""
+        """A record for our vCPU, asleep (`csched_unit_wake`, `__runq_tickle`); parked, it
+        waits for the accounting that unparks it."""
+        if self.ours.parked:
+            return
         if self.ours.pri == UNDER:
             self.ours.pri = BOOST
         self.enqueue(self.ours)
@@ -150,6 +161,8 @@ class CreditCpu:
         for v in active:
             left -= v.weight
             peak = self.tslice + ceil_div(debt * v.weight, weights)
+            if v.cap:
+                peak = min(peak, v.cap)
             fair = ceil_div(total * v.weight, weights)
             if fair >= peak:  # more than it can take: the rest to the domains after it
                 if left:
@@ -157,13 +170,33 @@ class CreditCpu:
                 fair = peak
             self.give(v, fair)
         self.balance = sum(v.credit for v in active)
+        if self.current is not None and self.current.parked:
+            self.decide()  # paused: the CPU to the queue's head
+
+    def park(self, v: Vcpu) -> None:
+        v.parked = True
+        if v in self.queue:
+            self.queue.remove(v)
+
+    def unpark(self, v: Vcpu) -> None:
+        """Runnable again if it has work, at the tail of its priority, not BOOSTed; it preempts
+        only a lower priority (`__runq_tickle`)."""
+        v.parked = False
+        if self.runnable(v) and v is not self.current and v not in self.queue:
+            self.enqueue(v)
+            if self.current is None or v.pri > self.current.pri:
+                self.decide()
 
     def give(self, v: Vcpu, credit: int) -> None:
         v.credit += credit
         if v.credit < 0:
+            if v.cap and v.credit < -v.cap and not v.parked:
+                self.park(v)
             v.pri, v.credit = OVER, max(v.credit, -self.tslice)
         else:
             v.pri = UNDER
+            if v.parked:
+                self.unpark(v)
             if v.credit > self.tslice:
                 v.active, v.credit = False, v.credit // 2
 
@@ -211,17 +244,20 @@ def credit_beside(
     tslice: int = 30_000_000,
     ratelimit: int = RATELIMIT_NS,
     phase: int | None = None,
+    cap: int = 0,
 ) -> np.ndarray:
-    """Done times of the records served by a one-vCPU domain of `weight` under Credit, on one
-    CPU with one always-busy vCPU of each weight in `neighbours` (no cap). `tslice` and
-    `ratelimit` in ns (sched_credit_tslice_ms, sched_ratelimit_us); `phase`: when the
-    accounting starts (default: the first arrival)."""
+    """Done times of the records served by a one-vCPU domain of `weight` and `cap` (% of one
+    CPU, 0: none) under Credit, on one CPU with one always-busy vCPU of each weight in
+    `neighbours` (no cap). `tslice` and `ratelimit` in ns (sched_credit_tslice_ms,
+    sched_ratelimit_us); `phase`: when the accounting starts (default: the first arrival)."""
+    if not 0 <= cap <= 100:
+        raise ValueError(f"a cap of 0 (none) to 100 (% of one CPU) for one vCPU (got {cap})")
     if tslice % (TICKS_PER_TSLICE * NS_PER_CREDIT):
         raise ValueError(f"a time slice of whole ticks of credits (got {tslice} ns)")
     if not 0 <= ratelimit <= tslice:
         raise ValueError(f"a rate limit from 0 to the time slice (got {ratelimit} ns)")
     return replay(
         lambda first: CreditCpu(weight, list(neighbours), tslice, ratelimit,
-                                first if phase is None else phase),
+                                first if phase is None else phase, cap),
         arrivals, demands,
     )  # fmt: skip

@@ -96,8 +96,11 @@ def beside_neighbours(sched: str, reservation: dict) -> Server:
         return rtds_beside(reservation)
     if sched not in ("credit", "credit2"):
         raise NotModelled(f"busy neighbours beside SCHED={sched} have no model")
-    if reservation.get("cap") or (reservation.get("vcpus") or 1) > 1:
-        raise NotModelled(f"SCHED={sched} beside busy neighbours: one vCPU without a cap only")
+    if (reservation.get("vcpus") or 1) > 1 or (sched == "credit2" and reservation.get("cap")):
+        raise NotModelled(
+            f"SCHED={sched} beside busy neighbours: one vCPU"
+            + (", without a cap" if sched == "credit2" else "")
+        )
     if not all(isinstance(w, int) for w in reservation["beside"]):
         raise NotModelled(f"SCHED={sched}'s neighbours are their weights (256,512)")
     weight = int(reservation.get("weight") or credit.DEFAULT_WEIGHT)
@@ -107,7 +110,10 @@ def beside_neighbours(sched: str, reservation: dict) -> Server:
     if sched == "credit2":
         return lambda a, c: credit2.credit2_beside(a, c, weight, beside, ratelimit)
     tslice = round((reservation.get("tslice_us") or 30_000) * US)
-    return lambda a, c: credit.credit_beside(a, c, weight, beside, tslice, min(ratelimit, tslice))
+    cap = int(reservation.get("cap") or 0)
+    return lambda a, c: credit.credit_beside(
+        a, c, weight, beside, tslice, min(ratelimit, tslice), cap=cap
+    )
 
 
 def rtds_beside(reservation: dict) -> Server:
