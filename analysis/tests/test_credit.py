@@ -5,7 +5,7 @@ nothing alone, the long-run shares the weights give, never sooner than alone."""
 import numpy as np
 import pytest
 from hvbench_analysis import prediction, simulate
-from hvbench_analysis.credit import credit_beside
+from hvbench_analysis.credit import Neighbour, credit_beside
 from hvbench_analysis.credit2 import credit2_beside
 
 MS = 1_000_000
@@ -144,3 +144,39 @@ def test_the_prediction_takes_a_credit_cap_beside_neighbours():
     arrivals, demands = light_records()
     serve = prediction.server("credit", {"beside": [256], "cap": 30})
     assert np.array_equal(serve(arrivals, demands), credit_beside(arrivals, demands, cap=30))
+
+
+def test_a_neighbour_with_periodic_work_preempted_by_a_boosted_record_then_waited_for():
+    # the neighbour runs 5 ms of every 25 ms from 0, first as UNDER (not woken). A record of
+    # 2 ms at 1 ms wakes ours BOOSTed: the neighbour has run the rate limit, so ours preempts:
+    # done at 3 ms. At 25 ms the neighbour wakes BOOSTed; a record at 26 ms is BOOSTed too and
+    # waits (an equal priority does not preempt) until the neighbour's work is done at 30 ms,
+    # then runs 3 ms: done at 33 ms
+    neighbour = Neighbour(256, 5 * MS, 25 * MS)
+    assert credit_beside([MS], [2 * MS], neighbours=[neighbour], phase=0).tolist() == [3 * MS]
+    late = credit_beside([26 * MS], [3 * MS], neighbours=[neighbour], phase=0)
+    assert late.tolist() == [33 * MS]
+
+
+@pytest.mark.parametrize(("work_ms", "period_ms"), [(6, 30), (15, 30), (3, 10)])
+def test_a_busy_vcpu_gets_what_a_periodic_neighbour_leaves(work_ms, period_ms):
+    arrivals = np.arange(3_000, dtype=np.int64) * MS  # 2 ms of work every 1 ms: never idle
+    demands = np.full(3_000, 2 * MS)
+    neighbour = Neighbour(256, work_ms * MS, period_ms * MS)
+    done = credit_beside(arrivals, demands, neighbours=[neighbour])
+    share = demands.sum() / (done[-1] - arrivals[0])
+    assert share == pytest.approx(1 - work_ms / period_ms, abs=0.01)
+
+
+def test_a_light_periodic_neighbour_costs_less_than_an_always_busy_one():
+    arrivals, demands = light_records()
+    alone = simulate.unconstrained(arrivals, demands)
+    light = credit_beside(arrivals, demands, neighbours=[Neighbour(256, MS, 30 * MS)])
+    busy = credit_beside(arrivals, demands, neighbours=[256])
+    assert (light >= alone).all()
+    assert (light - arrivals).max() < (busy - arrivals).max()
+
+
+def test_a_neighbours_work_over_its_period_is_refused():
+    with pytest.raises(ValueError, match="work from 1 ns to its period"):
+        credit_beside([0], [MS], neighbours=[Neighbour(256, 40 * MS, 30 * MS)])

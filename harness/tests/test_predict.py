@@ -106,7 +106,20 @@ def test_rtds_beside_busy_neighbours_replays_them_on_one_cpu_first_at_equal_peri
         predict.predicted(heavy, "xen", setting, beside=over)
 
 
-@pytest.mark.parametrize("text", ["256;rm", "0", "50000/100000/2", "9/8", "1/2/3/4", "../x", ""])
+def test_a_credit_neighbour_with_periodic_work_is_read_and_replayed():
+    # the neighbour runs 5 ms of every 25 ms from the accounting's start; one record of 3 ms
+    # at 26 ms waits for the neighbour's work released at 25 ms: done at 33 ms (test_credit.py)
+    found = predict.parse_args(["--run", "x", "--sched", "credit", "--beside", "256:5000/25000"])
+    assert found.beside == ({"weight": 256, "work_us": 5_000, "period_us": 25_000},)
+    serve = prediction.server("credit", {"beside": list(found.beside)})
+    assert serve(np.array([0, 26 * MS]), np.array([0, 3 * MS])).tolist() == [0, 33 * MS]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["256;rm", "0", "50000/100000/2", "9/8", "1/2/3/4", "../x", "", "256:", "256:9/8",
+     "256:0/10", "0:1/2", "256:1/2/3", "x:1/2"],
+)  # fmt: skip
 def test_bad_neighbours_are_refused_naming_them(text, capsys):
     with pytest.raises(SystemExit):
         predict.parse_args(["--run", "x", "--sched", "rtds", "--beside", text])

@@ -31,6 +31,7 @@ simulate.credit_cap serves it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,10 +71,27 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+@dataclass(frozen=True)
+class Neighbour:
+    """Another domain's vCPU on the CPU: `work` ns of CPU released every `period` ns from the
+    first accounting's start, what it has not run yet waiting for it; work 0: always busy."""
+
+    weight: int
+    work: int = 0
+    period: int = 0
+
+    def check(self) -> None:
+        check_weights([self.weight])
+        if self.work and not 0 < self.work <= self.period:
+            raise ValueError(f"a neighbour's work from 1 ns to its period (got {self})")
+
+
 @dataclass
 class Vcpu:
     weight: int
-    busy: bool  # a neighbour: always runnable
+    work: float = 0  # ns of CPU it has to run now; math.inf: always busy
+    release: Neighbour | None = None  # a neighbour with periodic work: what and how often
+    next_release: float = math.inf
     credit: int = 0  # ns of CPU time (a credit is 0.1 ms)
     pri: int = UNDER
     active: bool = False
@@ -81,27 +99,36 @@ class Vcpu:
     parked: bool = False
 
 
+def neighbour_vcpu(n: Neighbour, phase: int) -> Vcpu:
+    if not n.work:
+        return Vcpu(n.weight, work=math.inf)
+    return Vcpu(n.weight, work=n.work, release=n, next_release=phase + n.period)
+
+
 class CreditCpu:
-    """One physical CPU under Credit: vcpus[0] serves the records, the others are busy."""
+    """One physical CPU under Credit: vcpus[0] serves the records, the others are the
+    neighbours (an int: the weight of an always-busy one)."""
 
     def __init__(self, weight, neighbours, tslice, ratelimit, phase, cap=0) -> None:
-        check_weights([weight, *neighbours])
+        found = [n if isinstance(n, Neighbour) else Neighbour(int(n)) for n in neighbours]
+        check_weights([weight])
+        for n in found:
+            n.check()
         self.tslice, self.tick = tslice, tslice // TICKS_PER_TSLICE
         self.ratelimit = ratelimit
         slice_credits = tslice // NS_PER_CREDIT
-        self.ours = Vcpu(weight, busy=False, cap=ceil_div(cap * slice_credits, 100) * NS_PER_CREDIT)
-        self.vcpus = [self.ours] + [Vcpu(w, busy=True) for w in neighbours]
+        self.ours = Vcpu(weight, cap=ceil_div(cap * slice_credits, 100) * NS_PER_CREDIT)
+        self.vcpus = [self.ours] + [neighbour_vcpu(n, phase) for n in found]
         self.queue = list(self.vcpus[1:])  # the runnable vCPUs not running, in order
         self.current: Vcpu | None = None
         self.switched_in = self.slice_end = phase
         self.t = phase
         self.next_tick, self.next_acct = phase + self.tick, phase + tslice
         self.balance = 0  # the active vCPUs' credits after the last accounting
-        self.work = 0  # what the record at the head still needs
         self.decide()
 
     def runnable(self, v: Vcpu) -> bool:
-        return not v.parked and (v.busy or self.work > 0)
+        return not v.parked and v.work > 0
 
     def enqueue(self, v: Vcpu) -> None:
         """At the tail of its priority (`__runq_insert`)."""
@@ -121,24 +148,42 @@ class CreditCpu:
             self.switched_in = now
         self.slice_end = now + self.tslice
 
-    def wake(self) -> None:
-        """A record for our vCPU, asleep (`csched_unit_wake`, `__runq_tickle`); parked, it
-        waits for the accounting that unparks it."""
-        if self.ours.parked:
+    def wake(self, v: Vcpu) -> None:
+        """Work for a vCPU asleep: a record for ours, a release for a neighbour
+        (`csched_unit_wake`, `__runq_tickle`); parked, it waits for the accounting that
+        unparks it."""
+        if v.parked:
             return
-        if self.ours.pri == UNDER:
-            self.ours.pri = BOOST
-        self.enqueue(self.ours)
-        if self.current is None or self.ours.pri > self.current.pri:
+        if v.pri == UNDER:
+            v.pri = BOOST
+        self.enqueue(v)
+        if self.current is None or v.pri > self.current.pri:
             self.decide()
 
+    def release_due(self) -> None:
+        """The periodic neighbours' work released by now; one asleep wakes."""
+        for v in self.vcpus[1:]:
+            while v.next_release <= self.t:
+                asleep = v.work == 0
+                v.work += v.release.work
+                v.next_release += v.release.period
+                if asleep and v is not self.current:
+                    self.wake(v)
+
+    def next_event(self) -> float:
+        """When the next thing happens: the running vCPU's work done, a tick, an accounting,
+        the end of a slice, a release."""
+        cur = self.current
+        done = self.t + cur.work if cur is not None and cur.work > 0 else math.inf
+        releases = min((v.next_release for v in self.vcpus[1:]), default=math.inf)
+        return min(done, self.next_tick, self.next_acct, self.slice_end, releases)
+
     def run_until(self, until: int) -> None:
-        """The running vCPU burns its credits up to `until`; ours works on its record."""
+        """The running vCPU burns its credits up to `until` and works on what it has."""
         ran = until - self.t
         if self.current is not None:
             self.current.credit -= ran
-            if self.current is self.ours:
-                self.work -= ran
+            self.current.work -= ran
         self.t = until
 
     def on_tick(self) -> None:
@@ -203,22 +248,25 @@ class CreditCpu:
     def serve(self, demand: int, next_arrival: int | None) -> None:
         """Run until our record of `demand` is done, the events on the way in time order;
         then our vCPU sleeps, unless the next record has arrived."""
-        self.work = demand
+        self.ours.work = demand
         if self.current is not self.ours and self.ours not in self.queue:
-            self.wake()
-        while self.work > 0:
-            done = self.t + self.work if self.current is self.ours else None
-            self.step_to(min(t for t in (done, self.next_tick, self.next_acct, self.slice_end)
-                             if t is not None))  # fmt: skip
+            self.wake(self.ours)
+        while self.ours.work > 0:
+            self.step_to(int(self.next_event()))
         if next_arrival is None or next_arrival > self.t:
             self.decide()  # asleep: the CPU to the queue's head
 
     def step_to(self, t: int) -> None:
-        """Run to `t`, then the tick, the accounting and the decision due there (none once
-        our record is done at `t`: they come after it, as the record's end comes first)."""
+        """Run to `t`, then what falls due there: a neighbour's work done (it blocks), the
+        releases, the tick, the accounting and the decision (none once our record is done
+        at `t`: they come after it, as the record's end comes first)."""
         self.run_until(t)
-        if self.work == 0 and not self.ours_idle():
+        cur = self.current
+        if cur is self.ours and cur.work == 0:
             return
+        if cur is not None and cur.work == 0:
+            self.decide()  # the neighbour ran what it had: it blocks
+        self.release_due()
         if t == self.next_tick:
             self.on_tick()
         if t == self.next_acct:
@@ -226,13 +274,10 @@ class CreditCpu:
         if t == self.slice_end:
             self.decide()
 
-    def ours_idle(self) -> bool:
-        return self.current is not self.ours and self.ours not in self.queue
-
     def idle_until(self, t: int) -> None:
         """Our vCPU asleep until `t`: the neighbours run, ticks and accountings go by."""
-        while (at := min(self.next_tick, self.next_acct, self.slice_end)) <= t:
-            self.step_to(at)
+        while (at := self.next_event()) <= t:
+            self.step_to(int(at))
         self.run_until(t)
 
 

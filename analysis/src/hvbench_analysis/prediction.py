@@ -90,8 +90,9 @@ def server(sched: str, reservation: dict) -> Server:
 
 
 def beside_neighbours(sched: str, reservation: dict) -> Server:
-    """On one CPU beside always-busy vCPUs of other domains (`beside`): under Credit and
-    Credit2 their weights; under RTDS their budget_us, period_us and extratime."""
+    """On one CPU beside vCPUs of other domains (`beside`): under Credit and Credit2 their
+    weights (always busy); under Credit also {weight, work_us, period_us} (that much work every
+    period); under RTDS their budget_us, period_us and extratime."""
     if sched == "rtds":
         return rtds_beside(reservation)
     if sched not in ("credit", "credit2"):
@@ -101,10 +102,17 @@ def beside_neighbours(sched: str, reservation: dict) -> Server:
             f"SCHED={sched} beside busy neighbours: one vCPU"
             + (", without a cap" if sched == "credit2" else "")
         )
-    if not all(isinstance(w, int) for w in reservation["beside"]):
-        raise NotModelled(f"SCHED={sched}'s neighbours are their weights (256,512)")
+    periodic = sched == "credit" and all(
+        isinstance(n, int) or (isinstance(n, dict) and n.keys() >= PERIODIC_KEYS)
+        for n in reservation["beside"]
+    )
+    if not periodic and not all(isinstance(w, int) for w in reservation["beside"]):
+        raise NotModelled(
+            f"SCHED={sched}'s neighbours are their weights (256,512)"
+            + (", or weight:work/period in µs (256:5000/30000)" if sched == "credit" else "")
+        )
     weight = int(reservation.get("weight") or credit.DEFAULT_WEIGHT)
-    beside = [int(w) for w in reservation["beside"]]
+    beside = [credit_neighbour(n) for n in reservation["beside"]]
     limit = reservation.get("ratelimit_us")
     ratelimit = credit.RATELIMIT_NS if limit is None else round(limit * US)
     if sched == "credit2":
@@ -114,6 +122,16 @@ def beside_neighbours(sched: str, reservation: dict) -> Server:
     return lambda a, c: credit.credit_beside(
         a, c, weight, beside, tslice, min(ratelimit, tslice), cap=cap
     )
+
+
+PERIODIC_KEYS = {"weight", "work_us", "period_us"}  # a Credit neighbour with periodic work
+
+
+def credit_neighbour(n: int | dict) -> int | credit.Neighbour:
+    """A weight (always busy), or a neighbour with work_us every period_us."""
+    if isinstance(n, int):
+        return n
+    return credit.Neighbour(int(n["weight"]), round(n["work_us"] * US), round(n["period_us"] * US))
 
 
 def rtds_beside(reservation: dict) -> Server:

@@ -49,8 +49,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--vcpus", type=int, default=1, help="the domain's vCPUs, under a cap")
     p.add_argument(
         "--beside", type=neighbours, default=(),
-        help="always-busy vCPUs of other domains on its CPU: Credit weights (256,512), RTDS "
-        "budget/period[/extratime] in µs (30000/100000/1)",
+        help="vCPUs of other domains on its CPU: Credit weights (256,512), always busy, or "
+        "weight:work/period in µs (256:5000/30000); RTDS budget/period[/extratime] in µs "
+        "(30000/100000/1)",
     )  # fmt: skip
     p.add_argument("--deadline-ms", type=float)
     p.add_argument("--out", help="a CSV of every record's predicted latency (one setting)")
@@ -58,26 +59,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def neighbours(text: str) -> tuple:
-    """Busy neighbours: Credit weights (256,512) or RTDS budget/period[/extratime] in µs
+    """Neighbours: Credit weights (256,512), always busy; a Credit weight with its work every
+    period in µs (256:5000/30000); or RTDS budget/period[/extratime] in µs
     (30000/100000,20000/50000/1)."""
     found = []
     for item in text.split(","):
-        words = item.split("/")
-        if not all(w.isdigit() for w in words) or len(words) > 3:
+        weight, colon, rest = item.partition(":")
+        words = (rest if colon else item).split("/")
+        if not all(w.isdigit() for w in [*words, *([weight] if colon else [])]) or len(words) > 3:
             raise argparse.ArgumentTypeError(
-                f"neighbours as weights (256,512) or budget/period[/extratime] in µs "
-                f"(30000/100000/1), not {item!r}"
+                f"neighbours as weights (256,512), weight:work/period in µs (256:5000/30000) "
+                f"or budget/period[/extratime] in µs (30000/100000/1), not {item!r}"
             )
-        if len(words) == 1:
-            if not 1 <= int(words[0]) <= 65535:
-                raise argparse.ArgumentTypeError(f"a Credit weight is 1 to 65535 (got {item})")
-            found.append(int(words[0]))
+        if colon or len(words) == 1:
+            found.append(credit_neighbour(int(weight), list(map(int, words)) if colon else []))
             continue
         budget, period, *extratime = map(int, words)
         if not 0 < budget <= period or extratime not in ([], [0], [1]):
             raise argparse.ArgumentTypeError(f"a budget from 1 µs to the period (got {item})")
         found.append({"budget_us": budget, "period_us": period, "extratime": extratime == [1]})
     return tuple(found)
+
+
+def credit_neighbour(weight: int, work_period: list[int]) -> int | dict:
+    if not 1 <= weight <= 65535:
+        raise argparse.ArgumentTypeError(f"a Credit weight is 1 to 65535 (got {weight})")
+    if not work_period:
+        return weight
+    if len(work_period) != 2 or not 0 < work_period[0] <= work_period[1]:
+        raise argparse.ArgumentTypeError(
+            f"a neighbour's work from 1 µs to its period, weight:work/period (got {weight}:"
+            f"{'/'.join(map(str, work_period))})"
+        )
+    return {"weight": weight, "work_us": work_period[0], "period_us": work_period[1]}
 
 
 def settings(args: argparse.Namespace, target: str) -> list:
