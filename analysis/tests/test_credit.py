@@ -158,25 +158,28 @@ def test_a_neighbour_with_periodic_work_preempted_by_a_boosted_record_then_waite
     assert late.tolist() == [33 * MS]
 
 
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize(("work_ms", "period_ms"), [(6, 30), (15, 30), (3, 10)])
-def test_a_busy_vcpu_gets_what_a_periodic_neighbour_leaves(work_ms, period_ms):
+def test_a_busy_vcpu_gets_what_a_periodic_neighbour_leaves(model, work_ms, period_ms):
     arrivals = np.arange(3_000, dtype=np.int64) * MS  # 2 ms of work every 1 ms: never idle
     demands = np.full(3_000, 2 * MS)
     neighbour = Neighbour(256, work_ms * MS, period_ms * MS)
-    done = credit_beside(arrivals, demands, neighbours=[neighbour])
+    done = model(arrivals, demands, neighbours=[neighbour])
     share = demands.sum() / (done[-1] - arrivals[0])
     assert share == pytest.approx(1 - work_ms / period_ms, abs=0.01)
 
 
-def test_a_light_periodic_neighbour_costs_less_than_an_always_busy_one():
+@pytest.mark.parametrize("model", MODELS)
+def test_a_light_periodic_neighbour_costs_less_than_an_always_busy_one(model):
     arrivals, demands = light_records()
     alone = simulate.unconstrained(arrivals, demands)
-    light = credit_beside(arrivals, demands, neighbours=[Neighbour(256, MS, 30 * MS)])
-    busy = credit_beside(arrivals, demands, neighbours=[256])
+    light = model(arrivals, demands, neighbours=[Neighbour(256, MS, 30 * MS)])
+    busy = model(arrivals, demands, neighbours=[256])
     assert (light >= alone).all()
     assert (light - arrivals).max() < (busy - arrivals).max()
 
 
-def test_a_neighbours_work_over_its_period_is_refused():
+@pytest.mark.parametrize("model", MODELS)
+def test_a_neighbours_work_over_its_period_is_refused(model):
     with pytest.raises(ValueError, match="work from 1 ns to its period"):
-        credit_beside([0], [MS], neighbours=[Neighbour(256, 40 * MS, 30 * MS)])
+        model([0], [MS], neighbours=[Neighbour(256, 40 * MS, 30 * MS)])

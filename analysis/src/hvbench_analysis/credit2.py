@@ -26,11 +26,12 @@ and the cost of a context switch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from hvbench_analysis.credit import RATELIMIT_NS, check_weights, replay
+from hvbench_analysis.credit import RATELIMIT_NS, Neighbour, check_weights, replay
 
 CREDIT_INIT = 10_000_000  # CSCHED2_CREDIT_INIT, ns
 CREDIT_MIN = -CREDIT_INIT
@@ -42,19 +43,31 @@ TICKLE_TOLERANCE = 50_000  # CSCHED2_RATELIMIT_TICKLE_TOLERANCE
 @dataclass
 class Unit:
     weight: int
-    busy: bool
+    work: float = 0  # ns of CPU it has to run now; math.inf: always busy
+    release: Neighbour | None = None  # a neighbour with periodic work: what and how often
+    next_release: float = math.inf
     credit: int = CREDIT_INIT
     residual: int = 0
 
 
-class Credit2Cpu:
-    """One run queue on one CPU: units[0] serves the records, the others are busy."""
+def neighbour_unit(n: Neighbour, start: int) -> Unit:
+    if not n.work:
+        return Unit(n.weight, work=math.inf)
+    return Unit(n.weight, work=n.work, release=n, next_release=start + n.period)
 
-    def __init__(self, weight: int, neighbours: list[int], ratelimit: int, start: int) -> None:
-        check_weights([weight, *neighbours])
+
+class Credit2Cpu:
+    """One run queue on one CPU: units[0] serves the records, the others are the neighbours
+    (an int: the weight of an always-busy one)."""
+
+    def __init__(self, weight: int, neighbours: list, ratelimit: int, start: int) -> None:
+        found = [n if isinstance(n, Neighbour) else Neighbour(int(n)) for n in neighbours]
+        check_weights([weight])
+        for n in found:
+            n.check()
         self.ratelimit = ratelimit
-        self.ours = Unit(weight, busy=False)
-        self.units = [self.ours] + [Unit(w, busy=True) for w in neighbours]
+        self.ours = Unit(weight)
+        self.units = [self.ours] + [neighbour_unit(n, start) for n in found]
         self.max_weight = max(u.weight for u in self.units)
         self.queue: list[Unit] = []
         for unit in self.units[1:]:
@@ -62,11 +75,10 @@ class Credit2Cpu:
         self.current: Unit | None = None
         self.t = self.switched_in = start
         self.timer: int | None = None
-        self.work = 0
         self.decide()
 
     def runnable(self, u: Unit) -> bool:
-        return u.busy or self.work > 0
+        return u.work > 0
 
     def enqueue(self, u: Unit) -> None:
         """After every unit with as much credit (`runq_insert`)."""
@@ -80,8 +92,7 @@ class Credit2Cpu:
         value = ran * self.max_weight + self.current.residual
         self.current.residual = value % self.current.weight
         self.current.credit = max(self.current.credit - value // self.current.weight, CREDIT_MIN)
-        if self.current is self.ours:
-            self.work -= ran
+        self.current.work -= ran
 
     def decide(self) -> None:
         """`csched2_schedule`: choose, reset the credits if need be, and set the time slice."""
@@ -115,37 +126,57 @@ class Credit2Cpu:
         time = max(left, 0) * chosen.weight // self.max_weight
         return min(max(time, least), MAX_TIMER)
 
-    def wake(self) -> None:
-        """A record for our vCPU, asleep (`csched2_unit_wake`, `runq_tickle`)."""
-        self.enqueue(self.ours)
+    def wake(self, u: Unit) -> None:
+        """Work for a unit asleep: a record for ours, a release for a neighbour
+        (`csched2_unit_wake`, `runq_tickle`)."""
+        self.enqueue(u)
         cur = self.current
         if cur is None:
             self.decide()
             return
         preemptable = self.t - self.switched_in > self.ratelimit - TICKLE_TOLERANCE
-        if preemptable and self.ours.credit > cur.credit:
+        if preemptable and u.credit > cur.credit:
             self.decide()
+
+    def next_event(self) -> float:
+        """The running unit's work done, its time slice's end, or a release."""
+        cur = self.current
+        done = self.t + cur.work if cur is not None and cur.work > 0 else math.inf
+        releases = min((u.next_release for u in self.units[1:]), default=math.inf)
+        return min(done, math.inf if self.timer is None else self.timer, releases)
+
+    def step_to(self, t: int) -> None:
+        """Run to `t`, then what falls due there: a neighbour's work done (it blocks), the
+        releases and the time slice's end (none once our record is done at `t`)."""
+        self.run_until(t)
+        cur = self.current
+        if cur is self.ours and cur.work == 0:
+            return
+        if (cur is not None and cur.work == 0) or t == self.timer:
+            self.decide()
+        for u in self.units[1:]:
+            while u.next_release <= self.t:
+                asleep = u.work == 0
+                u.work += u.release.work
+                u.next_release += u.release.period
+                if asleep and u is not self.current:
+                    self.wake(u)
 
     def serve(self, demand: int, next_arrival: int | None) -> None:
         """Run until our record of `demand` is done; then our vCPU sleeps, unless the next
         record has arrived."""
-        self.work = demand
+        self.ours.work = demand
         if self.current is not self.ours and self.ours not in self.queue:
-            self.wake()
-        while self.work > 0:
-            done = self.t + self.work if self.current is self.ours else None
-            at = min(t for t in (done, self.timer) if t is not None)
-            self.run_until(at)
-            if self.work > 0 and at == self.timer:
-                self.decide()
+            self.wake(self.ours)
+        while self.ours.work > 0:
+            self.step_to(int(self.next_event()))
         if next_arrival is None or next_arrival > self.t:
             self.decide()  # asleep: the CPU to the queue's head
 
     def idle_until(self, t: int) -> None:
-        """Our vCPU asleep until `t`: the neighbours run their time slices."""
-        while self.timer is not None and self.timer <= t:
-            self.run_until(self.timer)
-            self.decide()
+        """Our vCPU asleep until `t`: the neighbours run their time slices and work."""
+        while (at := self.next_event()) <= t:
+            self.step_to(int(at))
         self.run_until(t)
 
 
@@ -158,7 +189,8 @@ def credit2_beside(
     start: int | None = None,
 ) -> np.ndarray:
     """Done times of the records served by a one-vCPU domain of `weight` under Credit2, on one
-    CPU with one always-busy vCPU of each weight in `neighbours` (no cap). `ratelimit` in ns
+    CPU with its `neighbours` (no cap): a weight, always busy, or a credit.Neighbour with
+    periodic work. `ratelimit` in ns
     (sched_ratelimit_us); `start`: when the neighbours start running (default: the first
     arrival)."""
     if not 0 <= ratelimit <= 500_000_000:

@@ -91,8 +91,8 @@ def server(sched: str, reservation: dict) -> Server:
 
 def beside_neighbours(sched: str, reservation: dict) -> Server:
     """On one CPU beside vCPUs of other domains (`beside`): under Credit and Credit2 their
-    weights (always busy); under Credit also {weight, work_us, period_us} (that much work every
-    period); under RTDS their budget_us, period_us and extratime."""
+    weights (always busy) or {weight, work_us, period_us} (that much work every period); under
+    RTDS their budget_us, period_us and extratime."""
     if sched == "rtds":
         return rtds_beside(reservation)
     if sched not in ("credit", "credit2"):
@@ -102,14 +102,13 @@ def beside_neighbours(sched: str, reservation: dict) -> Server:
             f"SCHED={sched} beside busy neighbours: one vCPU"
             + (", without a cap" if sched == "credit2" else "")
         )
-    periodic = sched == "credit" and all(
+    if not all(
         isinstance(n, int) or (isinstance(n, dict) and n.keys() >= PERIODIC_KEYS)
         for n in reservation["beside"]
-    )
-    if not periodic and not all(isinstance(w, int) for w in reservation["beside"]):
+    ):
         raise NotModelled(
-            f"SCHED={sched}'s neighbours are their weights (256,512)"
-            + (", or weight:work/period in µs (256:5000/30000)" if sched == "credit" else "")
+            f"SCHED={sched}'s neighbours are their weights (256,512), or weight:work/period "
+            "in µs (256:5000/30000)"
         )
     weight = int(reservation.get("weight") or credit.DEFAULT_WEIGHT)
     beside = [credit_neighbour(n) for n in reservation["beside"]]
