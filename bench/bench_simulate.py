@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from common import report, summary, time_calls
 from hvbench_analysis import simulate
-from hvbench_analysis.credit import credit_beside
+from hvbench_analysis.credit import Neighbour, credit_beside
 from hvbench_analysis.credit2 import credit2_beside
 from hvbench_analysis.edf import Server, edf
 
@@ -31,6 +31,12 @@ def main() -> None:
         "credit cap 5": lambda: simulate.credit_cap(arrivals, demands, 5),
         "credit beside 2 busy vCPUs": lambda: credit_beside(arrivals, demands, 256, [256, 256]),
         "credit2 beside 2 busy vCPUs": lambda: credit2_beside(arrivals, demands, 256, [256, 256]),
+        "credit cap 50 beside a neighbour of 5 ms every 30 ms": lambda: credit_beside(
+            arrivals, demands, 256, [Neighbour(256, 5_000_000, 30_000_000)], cap=50
+        ),
+        "credit2 beside a neighbour of 5 ms every 30 ms": lambda: credit2_beside(
+            arrivals, demands, 256, [Neighbour(256, 5_000_000, 30_000_000)]
+        ),
         "edf 20/100 ms with extratime beside 2 busy servers": lambda: edf(
             [Server(20 * MS, 100 * MS, 0, arrivals, demands, extratime=True), *NEIGHBOURS]
         ),

@@ -119,6 +119,7 @@ class CreditCpu:
         slice_credits = tslice // NS_PER_CREDIT
         self.ours = Vcpu(weight, cap=ceil_div(cap * slice_credits, 100) * NS_PER_CREDIT)
         self.vcpus = [self.ours] + [neighbour_vcpu(n, phase) for n in found]
+        self.periodic = [v for v in self.vcpus if v.release is not None]
         self.queue = list(self.vcpus[1:])  # the runnable vCPUs not running, in order
         self.current: Vcpu | None = None
         self.switched_in = self.slice_end = phase
@@ -162,7 +163,7 @@ class CreditCpu:
 
     def release_due(self) -> None:
         """The periodic neighbours' work released by now; one asleep wakes."""
-        for v in self.vcpus[1:]:
+        for v in self.periodic:
             while v.next_release <= self.t:
                 asleep = v.work == 0
                 v.work += v.release.work
@@ -173,10 +174,12 @@ class CreditCpu:
     def next_event(self) -> float:
         """When the next thing happens: the running vCPU's work done, a tick, an accounting,
         the end of a slice, a release."""
-        cur = self.current
-        done = self.t + cur.work if cur is not None and cur.work > 0 else math.inf
-        releases = min((v.next_release for v in self.vcpus[1:]), default=math.inf)
-        return min(done, self.next_tick, self.next_acct, self.slice_end, releases)
+        at = min(self.next_tick, self.next_acct, self.slice_end)
+        if self.current is not None and self.current.work > 0:
+            at = min(at, self.t + self.current.work)
+        for v in self.periodic:
+            at = min(at, v.next_release)
+        return at
 
     def run_until(self, until: int) -> None:
         """The running vCPU burns its credits up to `until` and works on what it has."""

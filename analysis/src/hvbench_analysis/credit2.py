@@ -69,6 +69,7 @@ class Credit2Cpu:
         self.ours = Unit(weight)
         self.units = [self.ours] + [neighbour_unit(n, start) for n in found]
         self.max_weight = max(u.weight for u in self.units)
+        self.periodic = [u for u in self.units if u.release is not None]
         self.queue: list[Unit] = []
         for unit in self.units[1:]:
             self.enqueue(unit)
@@ -140,10 +141,12 @@ class Credit2Cpu:
 
     def next_event(self) -> float:
         """The running unit's work done, its time slice's end, or a release."""
-        cur = self.current
-        done = self.t + cur.work if cur is not None and cur.work > 0 else math.inf
-        releases = min((u.next_release for u in self.units[1:]), default=math.inf)
-        return min(done, math.inf if self.timer is None else self.timer, releases)
+        at = math.inf if self.timer is None else self.timer
+        if self.current is not None and self.current.work > 0:
+            at = min(at, self.t + self.current.work)
+        for u in self.periodic:
+            at = min(at, u.next_release)
+        return at
 
     def step_to(self, t: int) -> None:
         """Run to `t`, then what falls due there: a neighbour's work done (it blocks), the
@@ -154,7 +157,7 @@ class Credit2Cpu:
             return
         if (cur is not None and cur.work == 0) or t == self.timer:
             self.decide()
-        for u in self.units[1:]:
+        for u in self.periodic:
             while u.next_release <= self.t:
                 asleep = u.work == 0
                 u.work += u.release.work
