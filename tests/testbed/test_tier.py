@@ -3,6 +3,7 @@ ready (restored, or its layer complete), else after both; the Xen module beside 
 once the slow tier has ended, else after it; every step's exit code counts. Stand-in steps:
 short Python processes that record when they ran (the tier itself runs the real ones)."""
 
+import os
 import sys
 
 import pytest
@@ -98,3 +99,28 @@ def test_a_failed_step_fails_the_tier(log, monkeypatch):
     monkeypatch.setattr(tier, "FIRST", stand_in(log, "kvm"))
     monkeypatch.setattr(tier, "SLOW", stand_in(log, "slow", code=5))  # 5: no test collected
     assert tier.main() == 5
+
+
+def registry_of(record, name: str, signal: bool = False) -> list:
+    """A step that records which run registry its runs would use (runlocks.py)."""
+    script = f"""
+import os, pathlib
+with open({str(record)!r}, "a") as f:
+    f.write("{name} " + os.environ.get("HVBENCH_RUNS_DIR", "machine-wide") + "\\n")
+if {signal!r}:
+    pathlib.Path(os.environ["HVBENCH_TESTBED_READY"]).write_text("key")
+"""
+    return [sys.executable, "-c", script]
+
+
+def test_the_slow_tiers_runs_register_apart_from_the_modules(tmp_path, log, monkeypatch):
+    # the first lane starts a workload copy on this machine over SSH, held in the machine-wide
+    # registry for minutes: the slow tier's runs, in a registry of their own, are not refused
+    record = tmp_path / "registries"
+    kvm, xen, slow = (registry_of(record, n, signal=n != "slow") for n in ("kvm", "xen", "slow"))
+    steps(monkeypatch, kvm, xen, slow)
+    assert tier.main() == 0
+    found = dict(line.split(" ", 1) for line in record.read_text().splitlines())
+    own = os.environ.get("HVBENCH_RUNS_DIR", "machine-wide")  # the tier's (this test's)
+    assert found["kvm"] == found["xen"] == own
+    assert found["slow"] != own and found["slow"].endswith("slow-runs")
