@@ -546,8 +546,7 @@ class HostVM:
         hung, soft lockups on every CPU, in KVM's interrupt delivery (__apic_accept_irq) or in
         __schedule, soon after a nested guest started or stopped, which flips KVM's keys; and
         it stopped answering the moment a cfs quota was applied while the workload ran, which
-        flips CFS bandwidth control's key; and a traced run's tracepoints, enabled and disabled
-        around the run, once left a vCPU thread on a finished rewrite's int3 (a kernel panic).
+        flips CFS bandwidth control's key.
         """
         script = (Path(__file__).parent / "hold_static_keys.py").read_text()
         unit = HOLD_STATIC_KEYS_UNIT.format(quota=100 * self.cpus, last_cpu=self.cpus - 1)
