@@ -150,3 +150,16 @@ def test_the_report_explains_a_traced_runs_tail(tmp_path):
     assert "Tails explained by the scheduler trace" in page
     assert (out / "tables" / "tail_explained.csv").exists()
     assert len(list((out / "figures").glob("trace_traced_*.png"))) == report.WORST_SHOWN
+
+
+def test_a_traced_run_with_no_slow_record_is_reported_without_one(tmp_path):
+    # DEADLINE_MS above every record: the run is traced, its table of slow records empty (it
+    # used to end the whole report with a TypeError on choosing the slowest ones)
+    folder = traced_run(tmp_path)
+    explained = sched_trace.run_explanation(folder, results.read_meta(folder), 1_000.0)
+    assert explained["records"].empty and explained["summary"]["tail records"] == 0
+    assert explained["records"]["latency_ms"].dtype == float
+    out = tmp_path / "report"
+    args = ["--results", str(tmp_path), "--out", str(out), "--deadline-ms", "1000"]
+    assert report.main(args) == 0
+    assert "Tails explained by the scheduler trace" in (out / "index.html").read_text()
