@@ -105,6 +105,22 @@ def neighbour_vcpu(n: Neighbour, phase: int) -> Vcpu:
     return Vcpu(n.weight, work=n.work, release=n, next_release=phase + n.period)
 
 
+def release_due(periodic: list, t: int, current, wake) -> None:
+    """The periodic neighbours' work released by `t` (Credit's vCPUs, Credit2's units); one
+    that was asleep, and is not the running one, wakes."""
+    for n in periodic:
+        while n.next_release <= t:
+            asleep = n.work == 0
+            n.work += n.release.work
+            n.next_release += n.release.period
+            if asleep and n is not current:
+                wake(n)
+
+
+def first_release(periodic: list) -> float:
+    return min((n.next_release for n in periodic), default=math.inf)
+
+
 class CreditCpu:
     """One physical CPU under Credit: vcpus[0] serves the records, the others are the
     neighbours (an int: the weight of an always-busy one)."""
@@ -162,14 +178,7 @@ class CreditCpu:
             self.decide()
 
     def release_due(self) -> None:
-        """The periodic neighbours' work released by now; one asleep wakes."""
-        for v in self.periodic:
-            while v.next_release <= self.t:
-                asleep = v.work == 0
-                v.work += v.release.work
-                v.next_release += v.release.period
-                if asleep and v is not self.current:
-                    self.wake(v)
+        release_due(self.periodic, self.t, self.current, self.wake)
 
     def next_event(self) -> float:
         """When the next thing happens: the running vCPU's work done, a tick, an accounting,
@@ -177,9 +186,7 @@ class CreditCpu:
         at = min(self.next_tick, self.next_acct, self.slice_end)
         if self.current is not None and self.current.work > 0:
             at = min(at, self.t + self.current.work)
-        for v in self.periodic:
-            at = min(at, v.next_release)
-        return at
+        return min(at, first_release(self.periodic))
 
     def run_until(self, until: int) -> None:
         """The running vCPU burns its credits up to `until` and works on what it has."""

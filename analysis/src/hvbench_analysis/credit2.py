@@ -31,7 +31,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hvbench_analysis.credit import RATELIMIT_NS, Neighbour, check_weights, replay
+from hvbench_analysis.credit import (
+    RATELIMIT_NS,
+    Neighbour,
+    check_weights,
+    first_release,
+    release_due,
+    replay,
+)
 
 CREDIT_INIT = 10_000_000  # CSCHED2_CREDIT_INIT, ns
 CREDIT_MIN = -CREDIT_INIT
@@ -144,9 +151,7 @@ class Credit2Cpu:
         at = math.inf if self.timer is None else self.timer
         if self.current is not None and self.current.work > 0:
             at = min(at, self.t + self.current.work)
-        for u in self.periodic:
-            at = min(at, u.next_release)
-        return at
+        return min(at, first_release(self.periodic))
 
     def step_to(self, t: int) -> None:
         """Run to `t`, then what falls due there: a neighbour's work done (it blocks), the
@@ -157,13 +162,7 @@ class Credit2Cpu:
             return
         if (cur is not None and cur.work == 0) or t == self.timer:
             self.decide()
-        for u in self.periodic:
-            while u.next_release <= self.t:
-                asleep = u.work == 0
-                u.work += u.release.work
-                u.next_release += u.release.period
-                if asleep and u is not self.current:
-                    self.wake(u)
+        release_due(self.periodic, self.t, self.current, self.wake)
 
     def serve(self, demand: int, next_arrival: int | None) -> None:
         """Run until our record of `demand` is done; then our vCPU sleeps, unless the next
