@@ -15,8 +15,11 @@ On a hit the module restores the machine in seconds instead of booting and provi
 every other test then runs for real from the restored machine. The tests that only a fresh
 host can run (the first and second provision, the KVM host's reboot into its kernel isolation)
 say that the layer covered them: its key, its folder and its age, skipped with that reason if
-they passed when the layer was made, failed if they did not. HVBENCH_TESTBED_FRESH=1 makes
-every layer again.
+they passed when the layer was made, failed if they did not. A layer on which a covered test
+did not pass is withdrawn, so that the next run makes it again instead of failing that test on
+every hit: at its next hit when the test started and never passed while the layer was made
+(it failed, or the run was stopped), or when a restored module finds the test unproven (it
+fails, once). HVBENCH_TESTBED_FRESH=1 makes every layer again.
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ class Layer:
         self.kind, self.cache, self.quiesce = kind, cache, quiesce
         self.dir = cache / f"{kind}-provisioned-{self.key}"
         self.proven: list[str] = []  # the covered tests that passed while this layer was made
+        self.pending: list[str] = []  # the covered tests started then, not (yet) passed
         self.restored = False  # True once the module's host was restored from this layer
         self.saved = False
 
@@ -116,10 +120,15 @@ class Layer:
         return self.dir / "layer.json"
 
     def hit(self) -> bool:
-        """A complete layer for this key, and no fresh run asked for."""
+        """A complete layer for this key on which no covered test failed, and no fresh run
+        asked for."""
         if FRESH or not self.record.exists():
             return False
-        return json.loads(self.record.read_text()).get("complete", False)
+        record = json.loads(self.record.read_text())
+        if record.get("complete") and record.get("pending"):
+            self._withdraw(f"{', '.join(record['pending'])} did not pass when it was made")
+            return False
+        return record.get("complete", False)
 
     def to_restore(self) -> Path | None:
         """The folder to restore the host VM from on a hit; on a miss None, once a first
@@ -155,13 +164,19 @@ class Layer:
     def cover(self, test: str) -> None:
         """In a covered test: on a hit, skip it if it passed when the layer was made (saying
         so) and fail it if it did not; otherwise the test runs for real."""
+        test = current_test() or test
         if not self.restored:
+            self.pending.append(test)
+            if self.saved:
+                self._write(complete=self._complete())
             return
         if test in json.loads(self.record.read_text())["proven"]:  # as the record stands now
             pytest.skip(f"covered by {self.describe()}: it passed when the layer was made")
+        described = self.describe()
+        self._withdraw(f"{test} did not pass when it was made")
         pytest.fail(
-            f"{test} did not pass when {self.describe()} was made: run the tier with "
-            "HVBENCH_TESTBED_FRESH=1"
+            f"{test} did not pass when {described} was made: the layer is withdrawn, and the "
+            "next run makes it again"
         )
 
     def prove(self, test: str) -> None:
@@ -169,7 +184,10 @@ class Layer:
         that is running (pytest's own), whatever name it was given."""
         if self.restored:
             return
-        self.proven.append(current_test() or test)
+        test = current_test() or test
+        self.proven.append(test)
+        if test in self.pending:
+            self.pending.remove(test)
         if self.saved:
             self._write(complete=self._complete())
 
@@ -216,5 +234,14 @@ class Layer:
             "made": made or time.time(),
             "complete": complete,
             "proven": self.proven,
+            "pending": self.pending,
         }
         self.record.write_text(json.dumps(record, indent=1))
+
+    def _withdraw(self, why: str) -> None:
+        """No longer a hit (its folder is replaced when the layer is made again): a covered
+        test did not pass on it. A restored host may still run from its files."""
+        record = json.loads(self.record.read_text())
+        record.update(complete=False, withdrawn=why)
+        self.record.write_text(json.dumps(record, indent=1))
+        REPORT.append(f"withdrew layer {self.kind} key {self.key} ({self.dir}): {why}")

@@ -107,11 +107,41 @@ def test_a_restored_module_skips_what_the_layer_proved_and_fails_what_it_did_not
     assert restored.restore_from() == made.dir and restored.restored
     with pytest.raises(pytest.skip.Exception, match=f"key {made.key}.*made 0.0 h ago"):
         restored.cover("test_covered_a")
-    with pytest.raises(pytest.fail.Exception, match="HVBENCH_TESTBED_FRESH=1"):
+    with pytest.raises(pytest.fail.Exception, match="withdrawn, and the next run makes it"):
         restored.cover("test_the_profile_reboots")
     restored.save(SavedMachine())  # nothing is saved again over a restored layer
     restored.prove("test_the_profile_reboots")
-    assert json.loads(made.record.read_text())["proven"] == ["test_covered_a"]
+    record = json.loads(made.record.read_text())
+    assert record["proven"] == ["test_covered_a"]
+    # it failed this run, once: the next run makes the layer again instead of failing again
+    assert "test_the_profile_reboots did not pass" in record["withdrawn"]
+    assert not layer(tmp_path).hit() and (made.dir / "state").exists()
+
+
+def test_a_layer_on_which_a_covered_test_failed_is_withdrawn_at_its_next_hit(tmp_path):
+    """The host panicked after the layer was complete, and the last covered test failed: the
+    next run makes the layer again and runs that test for real, instead of failing it."""
+    made = layer(tmp_path)
+    made.save(SavedMachine())
+    made.cover("test_second_provision_changes_nothing")
+    made.prove("test_second_provision_changes_nothing")
+    made.complete()
+    made.cover("test_the_profile_reboots")  # started; it failed: never proved
+    assert json.loads(made.record.read_text())["pending"] == ["test_the_profile_reboots"]
+    again = layer(tmp_path)
+    assert not again.hit()
+    assert layers.REPORT[-1] == (
+        f"withdrew layer kvm key {made.key} ({made.dir}): "
+        "test_the_profile_reboots did not pass when it was made"
+    )
+    assert again.to_restore() is None  # made again, on a fresh host
+    again.save(SavedMachine())
+    again.cover("test_the_profile_reboots")
+    again.prove("test_the_profile_reboots")
+    again.complete()
+    record = json.loads(again.record.read_text())
+    assert record["pending"] == [] and "withdrawn" not in record
+    assert layer(tmp_path).hit()
 
 
 def test_a_fresh_module_runs_its_covered_tests(tmp_path):
