@@ -37,6 +37,10 @@ def main() -> None:
         "credit2 beside a neighbour of 5 ms every 30 ms": lambda: credit2_beside(
             arrivals, demands, 256, [Neighbour(256, 5_000_000, 30_000_000)]
         ),
+        "credit2 cap 25 alone": lambda: credit2_beside(arrivals, demands, 256, [], cap=25),
+        "credit2 cap 25 beside a busy vCPU": lambda: credit2_beside(
+            arrivals, demands, 256, [256], cap=25
+        ),
         "edf 20/100 ms with extratime beside 2 busy servers": lambda: edf(
             [Server(20 * MS, 100 * MS, 0, arrivals, demands, extratime=True), *NEIGHBOURS]
         ),

@@ -96,7 +96,7 @@ def test_bad_settings_are_refused(kwargs, message):
 @pytest.mark.parametrize(
     ("sched", "extra", "message"),
     [
-        ("credit2", {"cap": 50}, "SCHED=credit2 beside busy neighbours: one vCPU, without a cap"),
+        ("credit2", {"cap": 50, "vcpus": 2}, "SCHED=credit2 beside busy neighbours: one vCPU$"),
         ("credit", {"beside": [{"budget_us": 1, "period_us": 2}]}, "neighbours are their weights"),
         ("rtds", {"beside": [256]}, "neighbours are budget/period"),
         ("deadline", {}, "beside SCHED=deadline have no model"),

@@ -43,3 +43,70 @@ def test_the_prediction_takes_the_weights_and_the_rate_limit():
     serve = prediction.server("credit2", {"beside": [256], "weight": 128, "ratelimit_us": 100})
     expected = credit2_beside(arrivals, demands, 128, [256], ratelimit=100_000)
     assert np.array_equal(serve(arrivals, demands), expected)
+
+
+def capped(arrivals, demands, cap, neighbours=(), **kw):
+    """Our domain capped, the cap set (its first replenishment 10 ms later) at 0."""
+    return credit2_beside(arrivals, demands, neighbours=list(neighbours), cap=cap, start=0, **kw)
+
+
+def test_a_capped_vcpu_alone_runs_its_budget_every_10_ms():
+    # Cap 30: 3 ms every 10 ms. 5 ms of work from 1 ms: it grabs the 3 ms and runs 1–4, is
+    # parked with the pool empty, unparked by the replenishment at 10 and runs 10–12.
+    assert capped([1 * MS], [5 * MS], 30).tolist() == [12 * MS]
+    # cap 25, 6 ms from 0: 0–2.5, 10–12.5, 20–21
+    assert capped([0], [6 * MS], 25).tolist() == [21 * MS]
+
+
+def test_a_budget_grabbed_before_a_replenishment_runs_on_past_it():
+    # Cap 25 (2.5 ms). 5 ms of work from 9.5 ms: it grabs the whole pool, 2.5 ms; the
+    # replenishment at 10 fills the pool again (what the vCPU holds is not in it); at 12 its
+    # own is spent and it grabs the pool's 2.5: done at 14.5, 4.5 ms run in [10, 20). A
+    # periodic server of 2.5 ms every 10 ms would give 0.5 + 2.5 ms, then 2 ms from 20: 22.
+    assert capped([9_500_000], [5 * MS], 25).tolist() == [14_500_000]
+
+
+def test_an_overrun_is_paid_back_from_the_budgets_that_follow():
+    # Cap 2: 0.2 ms every 10 ms. A record of 1 ms at 0 grabs the 0.2 ms but a vCPU just
+    # switched in runs the rate limit (1 ms): done at 1 ms, 0.8 ms over. Blocked, it takes
+    # the overrun from the pool (-0.8) and is parked; the replenishments at 10, 20, 30, 40
+    # bring the pool to -0.6, -0.4, -0.2, 0; at 50 to 0.2 ms, and it is unparked. The record
+    # of 0.1 ms that came at 5 ms waits until then.
+    assert capped([0, 5 * MS], [MS, 100_000], 2).tolist() == [MS, 50_100_000]
+
+
+def test_a_capped_vcpu_beside_a_busy_neighbour_gets_no_more_than_its_cap():
+    # 300 ms of work at 0 beside an always-busy neighbour of the same weight: half the CPU
+    # without a cap (about 600 ms); cap 25 holds it to a quarter (about 1,200 ms); a cap
+    # above its share only cuts some time slices short (its held budget ends them).
+    free = capped([0], [300 * MS], 0, neighbours=[256])[0]
+    held = capped([0], [300 * MS], 25, neighbours=[256])[0]
+    loose = capped([0], [300 * MS], 80, neighbours=[256])[0]
+    assert 590 * MS <= free <= 610 * MS, free
+    assert 1_180 * MS <= held <= 1_210 * MS, held
+    assert abs(loose - free) <= 5 * MS, (loose, free)
+
+
+def test_a_cap_over_several_vcpus_is_grabbed_a_share_at_a_time():
+    # Cap 50 over two vCPUs, the records served by one: 5 ms every 10 ms, grabbed 2.5 ms at a
+    # time. 5 ms from 0: 0–2.5, again 2.5–5 (the pool still has 2.5): done at 5 ms; 8 ms from
+    # 0: 0–5, parked, 10–13.
+    assert capped([0], [5 * MS], 50, vcpus=2).tolist() == [5 * MS]
+    assert capped([0], [8 * MS], 50, vcpus=2).tolist() == [13 * MS]
+
+
+def test_bad_caps_are_refused():
+    with pytest.raises(ValueError, match="a cap of 1 to 100 % of a CPU per vCPU"):
+        capped([0], [1], 150)
+    with pytest.raises(ValueError, match="a cap of 1 to 100 % of a CPU per vCPU"):
+        capped([0], [1], -5)
+
+
+def test_the_prediction_takes_a_cap_alone_and_beside_neighbours():
+    arrivals, demands = light_records()
+    beside = prediction.server("credit2", {"beside": [256], "cap": 25})
+    expected = credit2_beside(arrivals, demands, 256, [256], cap=25)
+    assert np.array_equal(beside(arrivals, demands), expected)
+    alone = prediction.server("credit2", {"cap": 25, "vcpus": 2})
+    expected = credit2_beside(arrivals, demands, neighbours=[], cap=25, vcpus=2)
+    assert np.array_equal(alone(arrivals, demands), expected)

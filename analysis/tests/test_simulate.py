@@ -142,10 +142,3 @@ def test_credits_cap_leaves_a_light_load_alone_and_holds_a_heavy_one_to_it():
 def test_bad_credit_settings_are_refused(cap, tslice, message):
     with pytest.raises(ValueError, match=message):
         simulate.credit_cap([0], [1], cap=cap, tslice=tslice)
-
-
-def test_credit2s_cap_is_a_budget_every_10_ms():
-    """Cap 30: 3 ms every 10 ms. 5 ms of work from 1 ms: 1–4, parked until 10, 10–12."""
-    assert simulate.credit2_cap([1 * MS], [5 * MS], cap=30).tolist() == [12 * MS]
-    with pytest.raises(ValueError, match="a cap of 1 to 100"):
-        simulate.credit2_cap([0], [1], cap=150)

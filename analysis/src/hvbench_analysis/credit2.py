@@ -18,10 +18,25 @@ one run queue, no cap:
   strictly more credit and the running one has run more than the rate limit less 50 µs
   (`runq_tickle`, `tickle_score`); else it waits for the running vCPU's time slice to end.
 
-Left out: caps (simulate.credit2_cap, alone), several CPUs and run queues, load balancing,
-and the cost of a context switch.
+A cap on our domain (`cap`, % of a CPU), as the same file's budget code does it, with the
+records served by one of its `vcpus` (the others idle):
+- the domain's budget, cap % of the 10 ms replenishment period (`tot_budget`), is a pool; the
+  vCPU grabs its share of it (`budget_quota`: the budget over the vCPUs, at least 0.5 ms) when
+  it is chosen to run, or when it has used what it grabbed (`unit_grab_budget`); its time
+  slice is at most what it holds
+  (`csched2_runtime`), and no less than the 0.5 ms minimum, so it may overrun;
+- a vCPU that finds the pool empty (its overrun taken from it first) is parked: not runnable,
+  out of the queue, whatever work it has (`park_unit`); switched out, it gives back what it
+  holds (`unit_return_budget`);
+- every 10 ms from when the cap was set (`start`) the pool gets the budget again, never above
+  it (`replenish_domain_budget`), and a parked vCPU is unparked: queued and tickled if it has
+  work. What a running vCPU holds is not in the pool, so a grab just before a replenishment
+  lets it run up to its quota more than the budget in the period that follows.
 
-    done = credit2_beside(arrivals, demands, weight=256, neighbours=[256])
+Left out: several CPUs and run queues, load balancing, a cap on a neighbour, and the cost of a
+context switch.
+
+    done = credit2_beside(arrivals, demands, weight=256, neighbours=[256], cap=25)
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ from hvbench_analysis.credit import (
 )
 
 CREDIT_INIT = 10_000_000  # CSCHED2_CREDIT_INIT, ns
+BUDGET_PERIOD = 10_000_000  # CSCHED2_BDGT_REPL_PERIOD: 10 ms unless credit2_cap_period_ms says
 CREDIT_MIN = -CREDIT_INIT
 CARRYOVER_MAX = 500_000  # CSCHED2_CARRYOVER_MAX
 MIN_TIMER, MAX_TIMER = 500_000, CREDIT_INIT
@@ -57,6 +73,55 @@ class Unit:
     residual: int = 0
 
 
+@dataclass
+class Budget:
+    """A capped domain's budget (one vCPU): the pool, what its vCPU holds, and when the pool is
+    next replenished."""
+
+    total: int  # tot_budget
+    quota: int  # budget_quota: what the vCPU grabs at most
+    next_replenish: int
+    pool: int = 0
+    held: int = 0  # the vCPU's own budget; below 0 once it overran
+    parked: bool = False
+
+    @classmethod
+    def of_cap(cls, cap: int, vcpus: int, start: int) -> Budget:
+        if not 1 <= vcpus <= 128 or not 1 <= cap <= 100 * vcpus:
+            raise ValueError(
+                f"a cap of 1 to 100 % of a CPU per vCPU, 1 to 128 vCPUs (got {cap} %, {vcpus})"
+            )
+        total = BUDGET_PERIOD * cap // 100  # csched2_dom_cntl
+        quota = max(total // vcpus, MIN_TIMER)
+        return cls(total, quota, start + BUDGET_PERIOD, pool=total)
+
+    def grab(self) -> bool:
+        """`unit_grab_budget`: True with budget held, False parked."""
+        if self.held > 0:
+            return True
+        self.pool += self.held
+        self.held = min(self.quota, self.pool) if self.pool > 0 else 0
+        self.pool -= self.held
+        self.parked = self.held == 0
+        return not self.parked
+
+    def give_back(self) -> None:
+        """`unit_return_budget`, when the vCPU is switched out."""
+        if self.held > 0:
+            self.pool, self.held = self.pool + self.held, 0
+
+    def replenish(self, t: int) -> bool:
+        """`replenish_domain_budget` at `t`: True if a parked vCPU is unparked."""
+        while self.next_replenish <= t:
+            self.next_replenish += BUDGET_PERIOD
+            self.pool += self.total
+        if self.pool <= 0:
+            return False
+        self.pool = min(self.pool, self.total)
+        unparked, self.parked = self.parked, False
+        return unparked
+
+
 def neighbour_unit(n: Neighbour, start: int) -> Unit:
     if not n.work:
         return Unit(n.weight, work=math.inf)
@@ -65,14 +130,17 @@ def neighbour_unit(n: Neighbour, start: int) -> Unit:
 
 class Credit2Cpu:
     """One run queue on one CPU: units[0] serves the records, the others are the neighbours
-    (an int: the weight of an always-busy one)."""
+    (an int: the weight of an always-busy one); `cap`: ours, 0 for none."""
 
-    def __init__(self, weight: int, neighbours: list, ratelimit: int, start: int) -> None:
+    def __init__(
+        self, weight: int, neighbours: list, ratelimit: int, start: int, cap: int = 0, vcpus=1
+    ) -> None:
         found = [n if isinstance(n, Neighbour) else Neighbour(int(n)) for n in neighbours]
         check_weights([weight])
         for n in found:
             n.check()
         self.ratelimit = ratelimit
+        self.budget = Budget.of_cap(cap, vcpus, start) if cap else None
         self.ours = Unit(weight)
         self.units = [self.ours] + [neighbour_unit(n, start) for n in found]
         self.max_weight = max(u.weight for u in self.units)
@@ -86,7 +154,7 @@ class Credit2Cpu:
         self.decide()
 
     def runnable(self, u: Unit) -> bool:
-        return u.work > 0
+        return u.work > 0 and not (u is self.ours and self.budget and self.budget.parked)
 
     def enqueue(self, u: Unit) -> None:
         """After every unit with as much credit (`runq_insert`)."""
@@ -97,6 +165,8 @@ class Credit2Cpu:
         ran, self.t = until - self.t, until
         if self.current is None or ran <= 0:
             return
+        if self.current is self.ours and self.budget:
+            self.budget.held -= ran
         value = ran * self.max_weight + self.current.residual
         self.current.residual = value % self.current.weight
         self.current.credit = max(self.current.credit - value // self.current.weight, CREDIT_MIN)
@@ -105,22 +175,37 @@ class Credit2Cpu:
     def decide(self) -> None:
         """`csched2_schedule`: choose, reset the credits if need be, and set the time slice."""
         cur, now = self.current, self.t
+        if cur is self.ours and self.budget and self.budget.held <= 0:
+            self.budget.grab()  # what it overran is taken from the pool; none left: parked
         if cur is not None and self.runnable(cur) and now - self.switched_in < self.ratelimit:
             chosen = cur
         else:
-            chosen = cur if cur is not None and self.runnable(cur) else None
-            if self.queue and (chosen is None or self.queue[0].credit > chosen.credit):
-                chosen = self.queue.pop(0)
+            chosen = self.candidate(cur if cur is not None and self.runnable(cur) else None)
         if chosen is not None:
             head = self.queue[0].credit if self.queue else chosen.credit
             if max(chosen.credit, head) <= 0:
                 self.reset(2 * CREDIT_INIT if chosen.credit == CREDIT_MIN else CREDIT_INIT)
         if cur is not None and chosen is not cur and self.runnable(cur):
             self.enqueue(cur)  # put back once switched out (`csched2_context_saved`)
+        if cur is self.ours and chosen is not cur and self.budget:
+            self.budget.give_back()
         if chosen is not cur:
             self.switched_in = now
         self.current = chosen
         self.timer = None if chosen is None else now + self.time_slice(chosen)
+
+    def candidate(self, chosen: Unit | None) -> Unit | None:
+        """`runq_candidate`: the first queued unit with more credit than `chosen` (the
+        runnable current one, or none) that may run: ours only if it can grab budget, else
+        it is parked and out of the queue."""
+        for u in list(self.queue):
+            if chosen is not None and u.credit <= chosen.credit:
+                break
+            self.queue.remove(u)
+            if u is self.ours and self.budget and not self.budget.grab():
+                continue
+            return u
+        return chosen
 
     def reset(self, amount: int) -> None:
         for u in self.units:
@@ -132,6 +217,8 @@ class Credit2Cpu:
         head = self.queue[0].credit if self.queue else 0
         left = chosen.credit - head if head > 0 else chosen.credit
         time = max(left, 0) * chosen.weight // self.max_weight
+        if chosen is self.ours and self.budget:
+            time = min(time, self.budget.held)
         return min(max(time, least), MAX_TIMER)
 
     def wake(self, u: Unit) -> None:
@@ -151,6 +238,8 @@ class Credit2Cpu:
         at = math.inf if self.timer is None else self.timer
         if self.current is not None and self.current.work > 0:
             at = min(at, self.t + self.current.work)
+        if self.budget:
+            at = min(at, self.budget.next_replenish)
         return min(at, first_release(self.periodic))
 
     def step_to(self, t: int) -> None:
@@ -160,15 +249,24 @@ class Credit2Cpu:
         cur = self.current
         if cur is self.ours and cur.work == 0:
             return
+        if self.budget and self.budget.next_replenish <= t:
+            self.replenish(t)
         if (cur is not None and cur.work == 0) or t == self.timer:
             self.decide()
         release_due(self.periodic, self.t, self.current, self.wake)
+
+    def replenish(self, t: int) -> None:
+        """Our domain's budget given again; unparked with work, our vCPU is queued and
+        tickles (`unpark_parked_units`)."""
+        if self.budget.replenish(t) and self.ours.work > 0:
+            self.wake(self.ours)
 
     def serve(self, demand: int, next_arrival: int | None) -> None:
         """Run until our record of `demand` is done; then our vCPU sleeps, unless the next
         record has arrived."""
         self.ours.work = demand
-        if self.current is not self.ours and self.ours not in self.queue:
+        asleep = self.current is not self.ours and self.ours not in self.queue
+        if asleep and self.runnable(self.ours):  # parked, it waits for the replenishment
             self.wake(self.ours)
         while self.ours.work > 0:
             self.step_to(int(self.next_event()))
@@ -189,16 +287,18 @@ def credit2_beside(
     neighbours=(256,),
     ratelimit: int = RATELIMIT_NS,
     start: int | None = None,
+    cap: int = 0,
+    vcpus: int = 1,
 ) -> np.ndarray:
     """Done times of the records served by a one-vCPU domain of `weight` under Credit2, on one
-    CPU with its `neighbours` (no cap): a weight, always busy, or a credit.Neighbour with
-    periodic work. `ratelimit` in ns
-    (sched_ratelimit_us); `start`: when the neighbours start running (default: the first
-    arrival)."""
+    CPU with its `neighbours` (none: alone): a weight, always busy, or a credit.Neighbour with
+    periodic work. `ratelimit` in ns (sched_ratelimit_us); `cap` in % of a CPU (0: none) for
+    the domain's `vcpus`; `start`: when the neighbours start running and the cap was set
+    (default: the first arrival)."""
     if not 0 <= ratelimit <= 500_000_000:
         raise ValueError(f"a rate limit from 0 to 500 ms (got {ratelimit} ns)")
     return replay(
         lambda first: Credit2Cpu(weight, list(neighbours), ratelimit,
-                                 first if start is None else start),
+                                 first if start is None else start, cap, vcpus),
         arrivals, demands,
     )  # fmt: skip

@@ -20,11 +20,12 @@ of each (target, scheduler):
   the domain's cap, alone in its pool (no cap: none). The job is served one record at a time,
   so on one vCPU at a time: Credit splits a domain's cap over its active vCPUs (csched_acct),
   and with all of them active (the worst case) each gets cap / vcpus; Credit2's budget is the
-  domain's, so a cap of 100 or more never runs out for one vCPU's work. Beside other domains'
-  always-busy vCPUs on its CPU (`beside`): Credit and Credit2, their weights (its own
-  `weight`, the pool's `tslice_us` and `ratelimit_us`: credit.credit_beside,
-  credit2.credit2_beside); RTDS, their reservations (edf.edf,
-  extratime included), their deadlines just before ours (at equal periods they come first).
+  domain's, grabbed a share per vCPU at a time (credit2.credit2_beside, alone), so a cap of 100
+  or more never runs out for one vCPU's work. Beside other domains' vCPUs on its CPU
+  (`beside`): Credit and Credit2, their weights (its own `weight`, its cap, the pool's
+  `tslice_us` and `ratelimit_us`: credit.credit_beside, credit2.credit2_beside); RTDS, their
+  reservations (edf.edf, extratime included), their deadlines just before ours (at equal
+  periods they come first).
 
     late = predicted(table, "bare", "deadline", [{"budget_us": 5000, "period_us": 100000}])
     late = predicted(table, "bare", "cfs-quota", [{...}], demand.background_share(table, meta))
@@ -86,7 +87,8 @@ def server(sched: str, reservation: dict) -> Server:
         return lambda a, c: simulate.credit_cap(a, c, each, tslice)
     if cap >= 100:
         return simulate.unconstrained
-    return lambda a, c: simulate.credit2_cap(a, c, int(cap))
+    vcpus = reservation.get("vcpus") or 1
+    return lambda a, c: credit2.credit2_beside(a, c, neighbours=[], cap=int(cap), vcpus=vcpus)
 
 
 def beside_neighbours(sched: str, reservation: dict) -> Server:
@@ -97,11 +99,8 @@ def beside_neighbours(sched: str, reservation: dict) -> Server:
         return rtds_beside(reservation)
     if sched not in ("credit", "credit2"):
         raise NotModelled(f"busy neighbours beside SCHED={sched} have no model")
-    if (reservation.get("vcpus") or 1) > 1 or (sched == "credit2" and reservation.get("cap")):
-        raise NotModelled(
-            f"SCHED={sched} beside busy neighbours: one vCPU"
-            + (", without a cap" if sched == "credit2" else "")
-        )
+    if (reservation.get("vcpus") or 1) > 1:
+        raise NotModelled(f"SCHED={sched} beside busy neighbours: one vCPU")
     if not all(
         isinstance(n, int) or (isinstance(n, dict) and n.keys() >= PERIODIC_KEYS)
         for n in reservation["beside"]
@@ -114,10 +113,10 @@ def beside_neighbours(sched: str, reservation: dict) -> Server:
     beside = [credit_neighbour(n) for n in reservation["beside"]]
     limit = reservation.get("ratelimit_us")
     ratelimit = credit.RATELIMIT_NS if limit is None else round(limit * US)
-    if sched == "credit2":
-        return lambda a, c: credit2.credit2_beside(a, c, weight, beside, ratelimit)
-    tslice = round((reservation.get("tslice_us") or 30_000) * US)
     cap = int(reservation.get("cap") or 0)
+    if sched == "credit2":
+        return lambda a, c: credit2.credit2_beside(a, c, weight, beside, ratelimit, cap=cap)
+    tslice = round((reservation.get("tslice_us") or 30_000) * US)
     return lambda a, c: credit.credit_beside(
         a, c, weight, beside, tslice, min(ratelimit, tslice), cap=cap
     )

@@ -17,8 +17,6 @@ vCPU on its own pool. Sources of each model: docs/simulate.md.
 - `cbs`: SCHED_DEADLINE's constant bandwidth server: `runtime` per `period`, the deadline
   reset on a wake-up that would overrun the bandwidth, throttled to the deadline when the
   runtime is spent.
-- `credit2_cap`: Xen Credit2's cap on a one-vCPU domain alone: a periodic server of cap % of
-  Credit2's 10 ms replenishment period.
 - `credit_cap`: Xen Credit's cap on a one-vCPU domain alone in its pool: credits burnt while
   running and given at each accounting; a vCPU too far in debt is parked until an accounting
   brings its credit back to zero.
@@ -101,21 +99,6 @@ def cbs(arrivals, demands, runtime: int, period: int) -> np.ndarray:
             left = runtime
         done.append(t)
     return np.array(done, dtype=np.int64)
-
-
-# xen/common/sched/credit2.c: a capped domain's budget, cap % of CSCHED2_BDGT_REPL_PERIOD, is
-# given back every period (replenish_domain_budget), never above that total.
-CREDIT2_REPLENISH_NS = 10_000_000
-
-
-def credit2_cap(arrivals, demands, cap: int, phase: int = 0) -> np.ndarray:
-    """Done times of a one-vCPU domain with Credit2's `cap` (% of a CPU, 1..100) alone in its
-    pool: its budget, cap · 10 ms / 100 (csched2_dom_cntl's tot_budget), every 10 ms from
-    `phase`; a vCPU without budget is parked until the next replenishment."""
-    if not 1 <= cap <= 100:
-        raise ValueError(f"a cap of 1 to 100 (% of one CPU) for one vCPU (got {cap})")
-    budget = CREDIT2_REPLENISH_NS * cap // 100
-    return periodic(arrivals, demands, budget, CREDIT2_REPLENISH_NS, phase)
 
 
 # Xen Credit (xen/common/sched/credit.c): 10 credits per ms of CPU (CSCHED_CREDITS_PER_MSEC),
