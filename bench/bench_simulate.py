@@ -11,12 +11,13 @@ from common import report, summary, time_calls
 from hvbench_analysis import simulate
 from hvbench_analysis.credit import Neighbour, credit_beside
 from hvbench_analysis.credit2 import credit2_beside
-from hvbench_analysis.edf import Server, edf
+from hvbench_analysis.edf import Releases, Server, edf
 
 RECORDS = 20_000
 MS = 1_000_000
 # always-busy servers on the same CPU (edf.py): 40 per 150 ms and 25 per 90 ms
 NEIGHBOURS = [Server(40 * MS, 150 * MS, 3 * MS), Server(25 * MS, 90 * MS, 11)]
+PERIODIC_NEIGHBOUR = Server(30 * MS, 100 * MS, -1, releases=Releases(5 * MS, 30 * MS))
 
 
 def main() -> None:
@@ -46,6 +47,9 @@ def main() -> None:
         ),
         "edf 20/100 ms beside 2 busy servers": lambda: edf(
             [Server(20 * MS, 100 * MS, 0, arrivals, demands), *NEIGHBOURS]
+        ),
+        "edf 20/100 ms beside a server with 5 ms every 30 ms": lambda: edf(
+            [Server(20 * MS, 100 * MS, 0, arrivals, demands), PERIODIC_NEIGHBOUR]
         ),
     }
     rows = {name: summary(time_calls(call, 3, 1)) for name, call in servers.items()}

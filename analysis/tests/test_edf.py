@@ -5,7 +5,7 @@ RTDS's extratime a spent budget runs on one level lower."""
 import numpy as np
 import pytest
 from hvbench_analysis import simulate
-from hvbench_analysis.edf import Server, edf
+from hvbench_analysis.edf import Releases, Server, edf
 
 MS = 1_000_000
 
@@ -90,3 +90,21 @@ def test_reservations_over_one_cpu_are_refused():
     servers = [Server(50 * MS, 100 * MS, arrivals=[0], demands=[MS]), Server(60 * MS, 100 * MS)]
     with pytest.raises(ValueError, match=r"more than one CPU \(50% \+ 60%\)"):
         edf(servers)
+
+
+def test_a_neighbour_whose_work_comes_and_goes_takes_only_its_work_within_its_budget():
+    """Ours 30 per 100 ms; a neighbour 50 per 100 ms (deadlines 1 ns before ours) with 10 ms
+    of work every 40 ms from 0. A record of 20 ms at 1 ms waits for the neighbour's 0–10 and
+    runs 10–30; one of 10 ms at 41 ms waits for the release at 40 (40–50), runs 50–60; one of
+    15 ms at 81 ms waits for 80–90, finds its budget spent, and runs 100–115 in the next
+    period (the neighbour's next work comes at 120). Beside an always-busy neighbour the first
+    would wait for the neighbour's whole 50 ms."""
+    ours = Server(30 * MS, 100 * MS, arrivals=[MS, 41 * MS, 81 * MS],
+                  demands=[20 * MS, 10 * MS, 15 * MS])  # fmt: skip
+    neighbour = Server(50 * MS, 100 * MS, phase=-1, releases=Releases(10 * MS, 40 * MS, 0))
+    done, none = edf([ours, neighbour])
+    assert done.tolist() == [30 * MS, 60 * MS, 115 * MS] and none is None
+    busy, _ = edf([ours, Server(50 * MS, 100 * MS, phase=-1)])
+    assert busy[0] == 70 * MS
+    with pytest.raises(ValueError, match="work from 1 ns to its period"):
+        Releases(50 * MS, 40 * MS)

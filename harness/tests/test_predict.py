@@ -106,6 +106,22 @@ def test_rtds_beside_busy_neighbours_replays_them_on_one_cpu_first_at_equal_peri
         predict.predicted(heavy, "xen", setting, beside=over)
 
 
+def test_an_rtds_neighbour_with_periodic_work_is_read_and_replayed():
+    # the record of 30 ms as above; the neighbour's 10 ms of work comes with our first record
+    # and every 40 ms after: it runs first (its deadline), ours after it, 10 ms later than
+    # alone (beside the always-busy neighbour above: 49 ms later)
+    heavy = records().iloc[:1].assign(cpu_ns=30 * MS, latency_ns=35 * MS)
+    setting = validate("xen", "rtds", budget_us=30_000, period_us=100_000, extratime=0)
+    text = "50000/100000:10000/40000"
+    found = predict.parse_args(["--run", "x", "--sched", "rtds", "--beside", text])
+    assert found.beside == (
+        {"budget_us": 50_000, "period_us": 100_000, "extratime": False, "work_us": 10_000,
+         "every_us": 40_000},
+    )  # fmt: skip
+    out = predict.predicted(heavy, "xen", setting, beside=found.beside)
+    assert out["latency_ns"].tolist() == [(35 + 10) * MS]
+
+
 def test_a_credit_neighbour_with_periodic_work_is_read_and_replayed():
     # the neighbour runs 5 ms of every 25 ms from the accounting's start; one record of 3 ms
     # at 26 ms waits for the neighbour's work released at 25 ms: done at 33 ms (test_credit.py)
@@ -118,7 +134,8 @@ def test_a_credit_neighbour_with_periodic_work_is_read_and_replayed():
 @pytest.mark.parametrize(
     "text",
     ["256;rm", "0", "50000/100000/2", "9/8", "1/2/3/4", "../x", "", "256:", "256:9/8",
-     "256:0/10", "0:1/2", "256:1/2/3", "x:1/2"],
+     "256:0/10", "0:1/2", "256:1/2/3", "x:1/2", "5/10:6/5", "5/10:0/5", "5/10:1/2/3",
+     "5/10/2:1/2"],
 )  # fmt: skip
 def test_bad_neighbours_are_refused_naming_them(text, capsys):
     with pytest.raises(SystemExit):

@@ -12,8 +12,9 @@ its period's end puts it back at level 0 (`rt_update_deadline`). So it runs on i
 the others leave.
 
 A server with records serves them one after another (arrivals and demands in integer ns, as in
-simulate.py); a server without records always has work (another VM's busy vCPU). Built on
-SimPy's processes and its preemptive resource.
+simulate.py); a server without records always has work (another VM's busy vCPU). Another VM's
+vCPU whose work comes and goes has `releases`: that much work every so often, for as long as
+the simulation runs. Built on SimPy's processes and its preemptive resource.
 
     done = edf([Server(30_000_000, 100_000_000, arrivals=a, demands=c),
                 Server(70_000_000, 200_000_000)])   # done[0]: when each record of the first is done
@@ -33,13 +34,27 @@ from hvbench_analysis.simulate import check_inputs, check_reservation
 
 
 @dataclass(frozen=True)
+class Releases:
+    """`work` ns of CPU released every `every` ns from `start`."""
+
+    work: int
+    every: int
+    start: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.work <= self.every:
+            raise ValueError(f"work from 1 ns to its period (got {self.work} of {self.every})")
+
+
+@dataclass(frozen=True)
 class Server:
     budget: int
     period: int
     phase: int = 0
-    arrivals: object = None  # None: always busy
+    arrivals: object = None  # None (and no releases): always busy
     demands: object = None
     extratime: bool = False
+    releases: Releases | None = None  # work that comes and goes, instead of records
 
 
 class Served:
@@ -48,16 +63,19 @@ class Served:
     def __init__(self, env: simpy.Environment, cpu, server: Server) -> None:
         check_reservation(server.budget, server.period)
         self.env, self.cpu, self.server = env, cpu, server
-        self.busy = server.arrivals is None
+        self.busy = server.arrivals is None and server.releases is None
         self.records: list[tuple[int, int]] = []
-        if not self.busy:
+        if server.arrivals is not None:
             self.records = list(zip(*check_inputs(server.arrivals, server.demands), strict=True))
-        self.queue: deque[list[int]] = deque()  # [index, demand left] of records that arrived
+        # [index, demand left] of records that arrived; a release's index is -1
+        self.queue: deque[list[int]] = deque()
         self.done = [0] * len(self.records)
         self.finished = env.event()
         self.work = env.event()
         self.start, self.left, self.level = None, 0, 0
-        if not self.busy:
+        if server.releases is not None:
+            env.process(self.release(server.releases))
+        elif not self.busy:
             env.process(self.arrive())
         env.process(self.serve())
 
@@ -76,6 +94,14 @@ class Served:
                 self.work.succeed()
         if not self.records:
             self.finished.succeed()
+
+    def release(self, releases: Releases):
+        yield self.env.timeout(releases.start - self.env.now)
+        while True:
+            self.queue.append([-1, releases.work])
+            if not self.work.triggered:
+                self.work.succeed()
+            yield self.env.timeout(releases.every)
 
     def pending(self) -> int | None:
         """The demand left of the record at the head (None: nothing to do)."""
@@ -117,21 +143,24 @@ class Served:
             self.queue[0][1] -= used
             if self.queue[0][1] == 0:
                 index, _ = self.queue.popleft()
-                self.done[index] = env.now
-                if index == len(self.records) - 1:
-                    self.finished.succeed()
+                if index >= 0:  # a record's, not a release's
+                    self.done[index] = env.now
+                    if index == len(self.records) - 1:
+                        self.finished.succeed()
 
 
 def edf(servers: list[Server]) -> list[np.ndarray | None]:
-    """When each record of each server is done (None for an always-busy server). Servers
-    that reserve more than the CPU are refused: EDF would starve some of them for ever."""
+    """When each record of each server is done (None for a server without records: always
+    busy, or its releases), once every record is. Servers that reserve more than the CPU are
+    refused: EDF would starve some of them for ever."""
     if sum(Fraction(s.budget, s.period) for s in servers) > 1:
         shares = " + ".join(f"{s.budget / s.period:.0%}" for s in servers)
         raise ValueError(f"the reservations add up to more than one CPU ({shares})")
     env = simpy.Environment()
     cpu = simpy.PreemptiveResource(env, capacity=1)
     served = [Served(env, cpu, s) for s in servers]
-    with_records = [s.finished for s in served if not s.busy]
+    with_records = [s.finished for s in served if s.server.arrivals is not None]
     if with_records:
         env.run(until=simpy.AllOf(env, with_records))
-    return [None if s.busy else np.array(s.done, dtype=np.int64) for s in served]
+    return [None if s.server.arrivals is None else np.array(s.done, dtype=np.int64)
+            for s in served]  # fmt: skip

@@ -134,22 +134,29 @@ def credit_neighbour(n: int | dict) -> int | credit.Neighbour:
 
 def rtds_beside(reservation: dict) -> Server:
     beside = reservation["beside"]
-    if not all(isinstance(n, dict) for n in beside):
-        raise NotModelled("RTDS's neighbours are budget/period[/extratime] (30000/100000/1)")
-    # their deadlines 1 ns before ours: at equal periods a neighbour always comes first
-    neighbours = [
-        edf.Server(round(n["budget_us"] * US), round(n["period_us"] * US), phase=-1,
-                   extratime=bool(n.get("extratime")))
-        for n in beside
-    ]  # fmt: skip
+    if not all(isinstance(n, dict) and "budget_us" in n for n in beside):
+        raise NotModelled(
+            "RTDS's neighbours are budget/period[/extratime][:work/every] (30000/100000/1)"
+        )
     budget, period = round(reservation["budget_us"] * US), round(reservation["period_us"] * US)
     extratime = bool(reservation.get("extratime"))
 
     def serve(arrivals, demands):
         ours = edf.Server(budget, period, 0, arrivals, demands, extratime)
+        neighbours = [rtds_neighbour(n, int(arrivals[0])) for n in beside]
         return edf.edf([ours, *neighbours])[0]
 
     return serve
+
+
+def rtds_neighbour(n: dict, first: int) -> edf.Server:
+    """A neighbour's server, always busy, or with work_us released every every_us from our
+    first record on; its deadlines 1 ns before ours, so at equal periods it comes first."""
+    budget, period = round(n["budget_us"] * US), round(n["period_us"] * US)
+    releases = None
+    if n.get("work_us"):
+        releases = edf.Releases(round(n["work_us"] * US), round(n["every_us"] * US), first)
+    return edf.Server(budget, period, -1, extratime=bool(n.get("extratime")), releases=releases)
 
 
 def less_background(reservations: list[dict], background: float) -> list[dict]:

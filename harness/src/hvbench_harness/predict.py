@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--beside", type=neighbours, default=(),
         help="vCPUs of other domains on its CPU: Credit weights (256,512), always busy, or "
         "weight:work/period in µs (256:5000/30000); RTDS budget/period[/extratime] in µs "
-        "(30000/100000/1)",
+        "(30000/100000/1), always busy, or with :work/every in µs (30000/100000:5000/30000)",
     )  # fmt: skip
     p.add_argument("--deadline-ms", type=float)
     p.add_argument("--out", help="a CSV of every record's predicted latency (one setting)")
@@ -61,24 +61,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def neighbours(text: str) -> tuple:
     """Neighbours: Credit weights (256,512), always busy; a Credit weight with its work every
     period in µs (256:5000/30000); or RTDS budget/period[/extratime] in µs
-    (30000/100000,20000/50000/1)."""
+    (30000/100000,20000/50000/1), always busy, or with its work every so often in µs
+    (30000/100000:5000/30000)."""
     found = []
     for item in text.split(","):
-        weight, colon, rest = item.partition(":")
-        words = (rest if colon else item).split("/")
-        if not all(w.isdigit() for w in [*words, *([weight] if colon else [])]) or len(words) > 3:
+        head, colon, rest = item.partition(":")
+        words, work = head.split("/"), rest.split("/") if colon else []
+        numbers = [*words, *work]
+        if not all(w.isdigit() for w in numbers) or len(words) > 3 or len(work) not in (0, 2):
             raise argparse.ArgumentTypeError(
                 f"neighbours as weights (256,512), weight:work/period in µs (256:5000/30000) "
-                f"or budget/period[/extratime] in µs (30000/100000/1), not {item!r}"
+                f"or budget/period[/extratime][:work/every] in µs (30000/100000/1), not {item!r}"
             )
-        if colon or len(words) == 1:
-            found.append(credit_neighbour(int(weight), list(map(int, words)) if colon else []))
+        if len(words) == 1:
+            found.append(credit_neighbour(int(head), list(map(int, work))))
             continue
-        budget, period, *extratime = map(int, words)
-        if not 0 < budget <= period or extratime not in ([], [0], [1]):
-            raise argparse.ArgumentTypeError(f"a budget from 1 µs to the period (got {item})")
-        found.append({"budget_us": budget, "period_us": period, "extratime": extratime == [1]})
+        found.append(rtds_neighbour(item, list(map(int, words)), list(map(int, work))))
     return tuple(found)
+
+
+def rtds_neighbour(item: str, reservation: list[int], work_every: list[int]) -> dict:
+    budget, period, *extratime = reservation
+    if not 0 < budget <= period or extratime not in ([], [0], [1]):
+        raise argparse.ArgumentTypeError(f"a budget from 1 µs to the period (got {item})")
+    found = {"budget_us": budget, "period_us": period, "extratime": extratime == [1]}
+    if work_every:
+        if not 0 < work_every[0] <= work_every[1]:
+            raise argparse.ArgumentTypeError(f"work from 1 µs to its period (got {item})")
+        found.update(work_us=work_every[0], every_us=work_every[1])
+    return found
 
 
 def credit_neighbour(weight: int, work_period: list[int]) -> int | dict:
