@@ -158,34 +158,39 @@ class Credit2Cpu:
 
     def enqueue(self, u: Unit) -> None:
         """After every unit with as much credit (`runq_insert`)."""
-        at = next((i for i, q in enumerate(self.queue) if u.credit > q.credit), len(self.queue))
-        self.queue.insert(at, u)
+        queue, credit = self.queue, u.credit
+        at = 0
+        while at < len(queue) and queue[at].credit >= credit:
+            at += 1
+        queue.insert(at, u)
 
     def run_until(self, until: int) -> None:
-        ran, self.t = until - self.t, until
-        if self.current is None or ran <= 0:
+        cur, ran, self.t = self.current, until - self.t, until
+        if cur is None or ran <= 0:
             return
-        if self.current is self.ours and self.budget:
+        if cur is self.ours and self.budget:
             self.budget.held -= ran
-        value = ran * self.max_weight + self.current.residual
-        self.current.residual = value % self.current.weight
-        self.current.credit = max(self.current.credit - value // self.current.weight, CREDIT_MIN)
-        self.current.work -= ran
+        value = ran * self.max_weight + cur.residual
+        cur.residual = value % cur.weight
+        credit = cur.credit - value // cur.weight
+        cur.credit = credit if credit > CREDIT_MIN else CREDIT_MIN
+        cur.work -= ran
 
     def decide(self) -> None:
         """`csched2_schedule`: choose, reset the credits if need be, and set the time slice."""
         cur, now = self.current, self.t
         if cur is self.ours and self.budget and self.budget.held <= 0:
             self.budget.grab()  # what it overran is taken from the pool; none left: parked
-        if cur is not None and self.runnable(cur) and now - self.switched_in < self.ratelimit:
+        still = cur is not None and self.runnable(cur)
+        if still and now - self.switched_in < self.ratelimit:
             chosen = cur
         else:
-            chosen = self.candidate(cur if cur is not None and self.runnable(cur) else None)
+            chosen = self.candidate(cur if still else None)
         if chosen is not None:
             head = self.queue[0].credit if self.queue else chosen.credit
-            if max(chosen.credit, head) <= 0:
+            if chosen.credit <= 0 and head <= 0:
                 self.reset(2 * CREDIT_INIT if chosen.credit == CREDIT_MIN else CREDIT_INIT)
-        if cur is not None and chosen is not cur and self.runnable(cur):
+        if still and chosen is not cur:
             self.enqueue(cur)  # put back once switched out (`csched2_context_saved`)
         if cur is self.ours and chosen is not cur and self.budget:
             self.budget.give_back()
@@ -198,10 +203,9 @@ class Credit2Cpu:
         """`runq_candidate`: the first queued unit with more credit than `chosen` (the
         runnable current one, or none) that may run: ours only if it can grab budget, else
         it is parked and out of the queue."""
-        for u in list(self.queue):
-            if chosen is not None and u.credit <= chosen.credit:
-                break
-            self.queue.remove(u)
+        queue = self.queue
+        while queue and (chosen is None or queue[0].credit > chosen.credit):
+            u = queue.pop(0)
             if u is self.ours and self.budget and not self.budget.grab():
                 continue
             return u
@@ -212,14 +216,20 @@ class Credit2Cpu:
             u.credit = min(u.credit + amount, CREDIT_INIT + CARRYOVER_MAX)
 
     def time_slice(self, chosen: Unit) -> int:
-        """`csched2_runtime` (4.17): until its credit falls to the head's, in its time."""
-        least = max(MIN_TIMER, self.switched_in + self.ratelimit - self.t)
+        """`csched2_runtime` (4.17): until its credit falls to the head's, in its time, no
+        longer than what a capped vCPU holds; at least 0.5 ms and what is left of the rate
+        limit, else at most 10 ms."""
+        least = self.switched_in + self.ratelimit - self.t
+        if least < MIN_TIMER:
+            least = MIN_TIMER
         head = self.queue[0].credit if self.queue else 0
         left = chosen.credit - head if head > 0 else chosen.credit
-        time = max(left, 0) * chosen.weight // self.max_weight
-        if chosen is self.ours and self.budget:
-            time = min(time, self.budget.held)
-        return min(max(time, least), MAX_TIMER)
+        time = left * chosen.weight // self.max_weight if left > 0 else 0
+        if chosen is self.ours and self.budget and self.budget.held < time:
+            time = self.budget.held
+        if time < least:  # the rate limit's rest wins over the 10 ms maximum, as in Xen
+            return least
+        return MAX_TIMER if time > MAX_TIMER else time
 
     def wake(self, u: Unit) -> None:
         """Work for a unit asleep: a record for ours, a release for a neighbour
@@ -236,11 +246,12 @@ class Credit2Cpu:
     def next_event(self) -> float:
         """The running unit's work done, its time slice's end, or a release."""
         at = math.inf if self.timer is None else self.timer
-        if self.current is not None and self.current.work > 0:
-            at = min(at, self.t + self.current.work)
-        if self.budget:
-            at = min(at, self.budget.next_replenish)
-        return min(at, first_release(self.periodic))
+        cur = self.current
+        if cur is not None and 0 < cur.work < at - self.t:
+            at = self.t + cur.work
+        if self.budget and self.budget.next_replenish < at:
+            at = self.budget.next_replenish
+        return min(at, first_release(self.periodic)) if self.periodic else at
 
     def step_to(self, t: int) -> None:
         """Run to `t`, then what falls due there: a neighbour's work done (it blocks), the
@@ -253,7 +264,8 @@ class Credit2Cpu:
             self.replenish(t)
         if (cur is not None and cur.work == 0) or t == self.timer:
             self.decide()
-        release_due(self.periodic, self.t, self.current, self.wake)
+        if self.periodic:
+            release_due(self.periodic, self.t, self.current, self.wake)
 
     def replenish(self, t: int) -> None:
         """Our domain's budget given again; unparked with work, our vCPU is queued and
