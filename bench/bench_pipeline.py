@@ -15,6 +15,11 @@
    start they build a backlog that outlasts any short warm-up. Steps 1 and 2 exclude their
    first minute for the same reason.
 
+Steps 1 and 2 run one after the other, and this machine's CPUs change speed by up to 1.6× for
+seconds at a time (a fixed piece of work took 8 or 13 ms by turns, measured 2026-12-01), which
+moves every part of a step that computes. A probe times a fixed piece of work every 0.5 s while
+each of them runs (`SpeedProbe`); a ratio is fair only between steps that ran at one speed.
+
     python bench/bench_pipeline.py --model artifacts/forecaster --data data/pems
 """
 
@@ -88,6 +93,50 @@ def wake_noise(seconds: float, sleep_s: float = 0.001) -> dict:
         "late_max_ms": float(late_ms.max()),
         **tuning.steal_between(before, tuning.CpuTimes.now()),
     }
+
+
+PROBE_EVERY_S = 0.5
+
+
+def fixed_work() -> int:
+    """About 1.5 ms of one CPU here at full speed."""
+    total = 0
+    for i in range(30_000):
+        total += i * i % 7
+    return total
+
+
+def probe_speed(conn, stop) -> None:
+    took = []
+    while not stop.is_set():
+        start = time.perf_counter()
+        fixed_work()
+        took.append((time.perf_counter() - start) * 1e3)
+        stop.wait(PROBE_EVERY_S)
+    conn.send(took)
+
+
+class SpeedProbe:
+    """This machine's CPU speed while a step runs: how long `fixed_work` takes, timed every
+    0.5 s in a child process (about 0.3 % of a CPU)."""
+
+    def __enter__(self) -> SpeedProbe:
+        self.conn, child = multiprocessing.Pipe()
+        self.stop = multiprocessing.Event()
+        self.process = multiprocessing.Process(target=probe_speed, args=(child, self.stop))
+        self.process.start()
+        self.took_ms: list[float] = []
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.took_ms = self.conn.recv()
+        self.process.join()
+
+    def figures(self) -> dict:
+        took = np.array(self.took_ms or [np.nan])
+        return {"probes": len(self.took_ms), "work_p50_ms": float(np.median(took)),
+                "work_min_ms": float(took.min())}  # fmt: skip
 
 
 def echo(bootstrap: str, ready) -> None:
@@ -285,6 +334,12 @@ def print_figures(noise: dict, echo: dict, at_60: dict, steps: list[dict]) -> No
         f"p99 {lat.get('p99_ms', 0):.2f} ms  p99.9 {lat.get('p99.9_ms', 0):.2f} ms  "
         f"max {lat.get('max_ms', 0):.2f}  ({lat.get('n', 0)} records)"
     )
+    fastest = min(echo["speed"]["work_min_ms"], at_60["speed"]["work_min_ms"])
+    print(
+        f"  the machine's speed: a fixed piece of work took p50 {echo['speed']['work_p50_ms']:.2f} "
+        f"ms during the echo, {at_60['speed']['work_p50_ms']:.2f} ms during the pipeline "
+        f"(fastest seen {fastest:.2f} ms)"
+    )
     for leg, figures in at_60.get("legs", {}).items():
         print(
             f"    {leg + ':':<12} p50 {figures['p50_ms']:.2f} ms  p99 {figures['p99_ms']:.2f} ms  "
@@ -305,15 +360,19 @@ def main() -> int:
     noise = wake_noise(args.noise_seconds)
     warmup_60 = int(60 * args.warmup_seconds)
     records_60 = warmup_60 + int(60 * args.seconds)
-    echo_ms = kafka_echo(REPO / "build/kafka/libs", records_60, 60.0, warmup_60)
+    with SpeedProbe() as echo_speed:
+        echo_ms = kafka_echo(REPO / "build/kafka/libs", records_60, 60.0, warmup_60)
     echo = {
         "n": len(echo_ms),
         "p50_ms": float(np.percentile(echo_ms, 50)),
         "p99_ms": float(np.percentile(echo_ms, 99)),
         "p99.9_ms": float(np.percentile(echo_ms, 99.9)),
         "max_ms": float(echo_ms.max()),
+        "speed": echo_speed.figures(),
     }
-    at_60 = pipeline(args, records_60, 100.0, args.warmup_seconds, "bench-60")
+    with SpeedProbe() as pipeline_speed:
+        at_60 = pipeline(args, records_60, 100.0, args.warmup_seconds, "bench-60")
+    at_60["speed"] = pipeline_speed.figures()
     steps = [] if args.floor_only else rate_steps(args)
     best = sustainable(steps)
     lat = at_60["latency"] or {}
