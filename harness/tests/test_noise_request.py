@@ -5,13 +5,17 @@ SCHED=deadline on pinned threads are refused with the reason."""
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from hvbench_agent.neighbours import parse as neighbours_of
 from hvbench_harness import neighbours, run
 from hvbench_harness.parts import Parts, RunError, running
 from hvbench_harness.runspec import RunSpec
+from hvbench_harness.testbed import Machine, Testbed
 
 
 def request(*words: str) -> RunSpec:
@@ -160,3 +164,73 @@ def test_stressors_left_by_a_killed_stress_ng_are_found_and_ended(tmp_path):
         ("a neighbour (stress-ng)", True)
     ]
     assert [p.pid for p in seen if running(p.pid)] == []
+
+
+# stress-ng behind a wrapper on the PATH, as a slow machine starts it: a second late (and a
+# SIGINT then ends it, as it would a stress-ng that has not set its handler yet), never (stopped
+# before it starts), or not at all.
+SLOW_STARTS = {
+    "slow": f"#!{sys.executable}\nimport os, signal, sys, time\n"
+    "signal.signal(signal.SIGINT, signal.SIG_DFL)\ntime.sleep(1)\n"
+    "os.execv({stress_ng!r}, ['stress-ng', *sys.argv[1:]])\n",
+    "hangs": "#!/bin/sh\nkill -STOP $$\n",
+    "fails": '#!/bin/sh\necho "stress-ng: error: no stressor named cpuu" >&2; exit 1\n',
+}
+
+
+def stress_ng_that_starts(start: str, tmp_path, monkeypatch) -> None:
+    wrapper = tmp_path / "bin" / "stress-ng"
+    wrapper.parent.mkdir()
+    wrapper.write_text(SLOW_STARTS[start].replace("{stress_ng!r}", repr(shutil.which("stress-ng"))))
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}:{os.environ['PATH']}")
+
+
+def neighbour_on_this_machine(tmp_path, monkeypatch, start: str) -> neighbours.TestbedNoise:
+    """A testbed whose one neighbour is this machine (its commands run here, as they would over
+    SSH) and whose host's agent holds nothing and reads no domain."""
+    stress_ng_that_starts(start, tmp_path, monkeypatch)
+    no_domains = ("sh", "-c", "echo '{\"domains\": []}'", "hvbench-agent")
+    testbed = Testbed(
+        host=Machine("host", agent_command=no_domains), messaging_vms=(), realtime_vms=(),
+        messaging_addresses=(), realtime_addresses=(), realtime_domains=(), install_dir="",
+        work_dir="", neighbours=(("neighbour-0", Machine("neighbour-0")),),
+    )  # fmt: skip
+    return neighbours.TestbedNoise(testbed, neighbours_of("1:cpu"), tmp_path.name, longest_s=5)
+
+
+def test_a_neighbours_load_that_starts_slowly_is_running_before_the_run_and_leaves_its_metrics(
+    tmp_path, monkeypatch
+):
+    """stopped at once after start(): start() returned only once the stressor ran, so stress-ng
+    wrote its metrics (before, a slow guest's stress-ng was stopped before it started)."""
+    noise = neighbour_on_this_machine(tmp_path, monkeypatch, "slow")
+    noise.start()
+    noise.stop()
+    (load,) = noise.record["loads"]
+    (cpus,) = load["stressors"].values()
+    assert cpus == neighbours.cpu_list(os.sched_getaffinity(0))
+    (metrics,) = load["metrics"]
+    assert metrics["stressor"] == "cpu" and metrics["bogo-ops"] > 0, load
+    assert not list(Path("/tmp").glob(f"hvbench-noise-{tmp_path.name}-*"))  # its files went
+
+
+@pytest.mark.parametrize(
+    ("start", "message"),
+    [
+        ("hangs", r"stress-ng in neighbour-0 hangs before its stressors run \(1 s\)"),
+        ("fails", "stress-ng in neighbour-0 ended before its stressors ran: .*no stressor named"),
+    ],
+)
+def test_a_neighbours_load_that_hangs_or_fails_before_it_runs_is_a_run_error(
+    tmp_path, monkeypatch, start, message
+):
+    monkeypatch.setattr(neighbours, "START_PATIENCE_S", 1.0)
+    monkeypatch.setattr(neighbours, "STOP_GRACE_S", 1.0)  # for the stopped one, which ignores
+    # SIGINT: a background command of sh does, until it sets a handler of its own
+    noise = neighbour_on_this_machine(tmp_path, monkeypatch, start)
+    with pytest.raises(RunError, match=message):
+        noise.start()
+    noise.stop()  # as the run's teardown does: the hung one is ended, nothing is left
+    assert subprocess.run(["pgrep", "-f", str(tmp_path / "bin")], check=False).returncode == 1
+    assert not list(Path("/tmp").glob(f"hvbench-noise-{tmp_path.name}-*"))

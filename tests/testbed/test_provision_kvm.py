@@ -239,10 +239,12 @@ def host(tmp_path_factory, small_model, small_data, image, layer):
     vm.start(restore=restore)
     try:
         if restore:
+            vm.hold_tracepoints(others_offline=False)  # its guests still paused
             layer.resume(vm)  # its guests; hold-static-keys runs in it already
             vm.ssh(SYSTEMD_AFFINITY_AGAIN)
         else:
             vm.hold_static_keys()
+            vm.hold_tracepoints(others_offline=True)
     except BaseException:
         vm.kill()  # never leave a QEMU behind
         raise
@@ -731,6 +733,8 @@ def assert_the_neighbour_ran_its_load(meta: dict) -> None:
     for when in ("states_at_start", "states_at_end"):
         assert [(d["name"], d["state"]) for d in noise[when]] == [(NEIGHBOUR, "running")]
     (load,) = noise["loads"]
+    # its stressor ran before the run measured (one, on the neighbour's one vCPU) and reported
+    assert list(load["stressors"].values()) == ["0"], load
     (metrics,) = load["metrics"]
     assert metrics["stressor"] == "cpu" and metrics["bogo-ops"] > 0, load
     guests = {g["name"]: g for g in meta["guests"]}

@@ -253,6 +253,7 @@ class TestbedNoise:
         self.timeout_s = round(longest_s + 600)
         self.loads: dict[str, tuple[Group, int]] = {}  # domain → (its load, stress-ng's pid)
         self.copies: dict[str, RemoteWorkloadCopy] = {}
+        self.stressors: dict[str, dict[str, str]] = {}  # domain → {stressor's pid: its CPUs}
         self.record: dict = {"requested": neighbours.text(groups), "where": "neighbour VMs"}
         self.stopped = False
 
@@ -275,6 +276,7 @@ class TestbedNoise:
                 wait_until_answering(self.machines[domain])
             if state in neighbours.LOADS:
                 self.loads[domain] = (Group(1, state), self.start_load(domain, state))
+                self.stressors[domain] = self.wait_started(domain)
             if state == WORKLOAD:
                 self.copies[domain] = self.start_copy(domain)
         self.record |= {
@@ -295,6 +297,29 @@ class TestbedNoise:
         script = f"nohup {shlex.join(cmd)} >{log_out} 2>&1 </dev/null & echo $!"
         return int(self.machines[domain].run(["sh", "-c", script], root=True).stdout.split()[-1])
 
+    def wait_started(self, domain: str) -> dict[str, str]:
+        """Once stress-ng runs its stressors in the neighbour, each stressor's pid and the CPUs
+        it may use there. A slow guest takes seconds to start stress-ng, and stress-ng stopped
+        before then writes no metrics (see STRESS_NG_SH): the run measures only once they run. A
+        stress-ng that ends or hangs before then is a RunError, with its log."""
+        machine, (_, log_out) = self.machines[domain], self.files(domain)
+        pid, tries = self.loads[domain][1], round(START_PATIENCE_S / 0.1)
+        script = (
+            f"{STRESS_NG_SH} pid={pid}; i=0; while alive && ! started && [ $i -lt {tries} ]; "
+            "do sleep 0.1; i=$((i+1)); done; started && for c in $(stressors); do "
+            "echo $c $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$c/status); done; "
+            f"echo {SEPARATOR}; alive && echo running || echo ended; cat {log_out}"
+        )
+        out = machine.run(["sh", "-c", script], root=True).stdout
+        started, _, rest = out.partition(SEPARATOR + "\n")
+        stressors = dict(line.split(" ", 1) for line in started.splitlines() if " " in line)
+        if stressors:
+            return stressors
+        alive, _, log_text = rest.partition("\n")
+        why = f"hangs before its stressors run ({START_PATIENCE_S:.0f} s)" if alive == "running" \
+            else "ended before its stressors ran"  # fmt: skip
+        raise RunError(f"stress-ng in {domain} {why}: {log_text.strip()[-1000:] or '(no log)'}")
+
     def start_copy(self, domain: str) -> RemoteWorkloadCopy:
         copy = RemoteWorkloadCopy(
             self.machines[domain], self.request, self.testbed.install_dir, self.testbed.work_dir,
@@ -311,7 +336,9 @@ class TestbedNoise:
         self.stopped = True
         done = []
         for domain, (group, pid) in self.loads.items():
-            done.append({"domain": domain, "group": str(group), **self.stop_load(domain, pid)})
+            stressors = self.stressors.get(domain, {})
+            done.append({"domain": domain, "group": str(group), "stressors": stressors,
+                         **self.stop_load(domain, pid)})  # fmt: skip
         for domain, copy in self.copies.items():
             done.append({"domain": domain, "placement": copy.placement(), **copy.stop()})
         self.record["loads"] = done
@@ -325,9 +352,10 @@ class TestbedNoise:
     def stop_load(self, domain: str, pid: int) -> dict:
         machine, (yaml_out, log_out) = self.machines[domain], self.files(domain)
         script = (
-            f"kill -INT {pid} 2>/dev/null; i=0; while kill -0 {pid} 2>/dev/null && "
-            f"[ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; kill -0 {pid} 2>/dev/null && "
-            f"kill -KILL {pid}; cat {yaml_out}; echo {SEPARATOR}; cat {log_out}; "
+            f"{STRESS_NG_SH} pid={pid}; kill -INT $pid 2>/dev/null; kill -CONT $pid 2>/dev/null; "
+            f"i=0; while alive && [ $i -lt {round(STOP_GRACE_S / 0.1)} ]; do sleep 0.1; "
+            "i=$((i+1)); done; "
+            f"alive && kill -KILL $pid; cat {yaml_out}; echo {SEPARATOR}; cat {log_out}; "
             f"rm -f {yaml_out} {log_out}"
         )
         try:
@@ -342,6 +370,19 @@ class TestbedNoise:
 
 
 SEPARATOR = "--- hvbench: the log follows ---"
+STOP_GRACE_S = 30.0  # for a stopped stress-ng to write its metrics and end, before SIGKILL
+START_PATIENCE_S = 180.0  # for stress-ng's stressors to start in a neighbour (nested TCG: slow)
+# Shell functions on stress-ng's $pid in a neighbour. alive: not ended (a zombie has ended).
+# started: it catches SIGINT and its stressors run. stress-ng sets its SIGINT handler first and
+# forks its stressors next; a SIGINT before then (a slow guest takes seconds to start it) ends
+# it without a word, and it writes no metrics.
+STRESS_NG_SH = (
+    'status() { sed -n "s/^$1:[[:space:]]*//p" /proc/$pid/status 2>/dev/null; }; '
+    'alive() { s=$(status State); [ -n "$s" ] && [ "${s#Z}" = "$s" ]; }; '
+    "stressors() { cat /proc/$pid/task/$pid/children 2>/dev/null; }; "
+    'started() { m=$(status SigCgt); [ -n "$m" ] && [ $((0x$m & 2)) -ne 0 ] && '
+    '[ -n "$(stressors)" ]; };'
+)
 
 
 def wait_until_answering(machine, timeout_s: float = BOOT_TIMEOUT_S) -> None:
