@@ -124,8 +124,12 @@ WantedBy=multi-user.target
 # int3 of the code being patched in finish_task_switch, soft lockups on every CPU), so it
 # happens with every other CPU offline: no other vCPU runs the code while it is rewritten. At
 # boot the unit itself takes them offline around KVM's keys (its cgroup's are set before).
-HOLD_STATIC_KEYS_START = """\
-others() { for cpu in /sys/devices/system/cpu/cpu[1-9]*/online; do echo "$1" > "$cpu"; done; }
+OTHERS_OFFLINE = (
+    'others() { for cpu in /sys/devices/system/cpu/cpu[1-9]*/online; do echo "$1" > "$cpu"; done; }'
+)
+HOLD_STATIC_KEYS_START = (
+    OTHERS_OFFLINE
+    + """
 others 0
 systemctl daemon-reload && systemctl enable --now hold-static-keys
 started=$?
@@ -133,6 +137,24 @@ others 1
 if [ "$started" -ne 0 ]; then journalctl -u hold-static-keys -o cat --no-pager; exit 1; fi
 cd /sys/fs/cgroup/system.slice/hold-static-keys.service && cat cpu.max cpuset.cpus
 cat /sys/devices/system/cpu/online
+"""
+)
+
+
+# What `hvbench-agent trace --backend kvm` enables (hvbench_agent.trace: EVENTS, KVM_EVENTS)
+HELD_TRACEPOINTS = ("sched/sched_switch", "sched/sched_wakeup", "kvm/kvm_entry", "kvm/kvm_exit")
+HOLD_TRACEPOINTS = """\
+set -e
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+for i in 1 2; do
+  d=/sys/kernel/tracing/instances/hvbench-test-hold-$i
+  [ -d $d ] || mkdir $d
+  echo 0 > $d/tracing_on
+  for e in {events}; do
+    echo 'common_pid < 0' > $d/events/$e/filter
+    echo 1 > $d/events/$e/enable
+  done
+done
 """
 
 
@@ -560,6 +582,24 @@ class HostVM:
             raise HostVMError(f"hold-static-keys holds no quota or cpuset: {start.stdout!r}")
         if online != cpus:
             raise HostVMError(f"the host's CPUs are not all back online: {online}")
+
+    def hold_tracepoints(self, others_offline: bool) -> None:
+        """Keep the tracepoints a traced run enables (HELD_TRACEPOINTS) enabled twice over, in
+        two ftrace instances of the test's own that record nothing, for as long as the host
+        runs: the run's trace then adds a third user and takes it away, and no code changes.
+
+        A tracepoint's first user flips its static key and its second changes its static call,
+        both rewrites of the code that runs it. Under TCG a traced run's rewrite while the
+        nested guests ran panicked the host twice (an int3 left in __schedule and in
+        svm_vcpu_run, "Oops: int3"). `others_offline`: rewrite with one CPU online, as
+        hold_static_keys does; a restored host has its paused guests pinned, whose CPUs must
+        stay online, and is rewritten while idle instead."""
+        script = HOLD_TRACEPOINTS.format(events=" ".join(HELD_TRACEPOINTS))
+        if others_offline:
+            script = f"{OTHERS_OFFLINE}\nothers 0\n({script})\nheld=$?\nothers 1\nexit $held"
+        held = self.ssh(script, check=False, timeout=120)
+        if held.returncode != 0:
+            raise HostVMError("the tracepoints could not be held:\n" + held.stdout + held.stderr)
 
     def shared_options(self) -> list[str]:
         """The test's commands share one SSH connection to the host while they follow each

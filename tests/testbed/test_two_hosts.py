@@ -100,6 +100,7 @@ def testbed(tmp_path_factory, small_model, small_data):
             vms[name] = HostVM(image, work / name, cpus=cpus, memory_mb=3072, link=link)
             vms[name].start()
             vms[name].hold_static_keys()
+            vms[name].hold_tracepoints(others_offline=True)
             vms[name].link_address(address)
         folder = work / "inventory"
         folder.mkdir()
