@@ -3,8 +3,10 @@
 0. The machine's own noise: a thread sleeps 1 ms, 30 s long, at SCHED_FIFO with C-states held
    at 0 µs, and records how late it wakes, with the hypervisor's steal meanwhile. A tail here
    is in every measurement below, whatever the pipeline does.
-1. Kafka echo: a producer sends records like the producers' at 60 rec/s to topic `in`, an echo
-   process forwards each to `out` at once, and a consumer stamps it: two Kafka hops, no Flink.
+1. Kafka echo: a producer sends records like the producers' at 60 rec/s to topic `in` of a
+   broker of its own, an echo process forwards each to `out` at once, and a consumer stamps it:
+   two Kafka hops, no Flink. It runs beside step 2, and its figures are those of the records it
+   sent while the pipeline sent its measured ones.
 2. The pipeline at 60 rec/s (six producers, 100 ms each) through the real job: p50 next to the
    echo's (goal ratio ≤ 1.5) and what it adds to the echo's p99.9 (goal ≤ 1 ms), with the
    stage legs (input, job, output) of its records.
@@ -12,13 +14,14 @@
    `--floor-only` stops after step 2).
    Each rate is a fresh run that ramps up over 30 s and is measured after a 60 s warm-up: the
    JVMs compile their hot code for about a minute on two cores, and at full rate from a cold
-   start they build a backlog that outlasts any short warm-up. Steps 1 and 2 exclude their
-   first minute for the same reason.
+   start they build a backlog that outlasts any short warm-up. Step 2 excludes its first
+   minute for the same reason.
 
-Steps 1 and 2 run one after the other, and this machine's CPUs change speed by up to 1.6× for
-seconds at a time (a fixed piece of work took 8 or 13 ms by turns, measured 2026-12-01), which
-moves every part of a step that computes. A probe times a fixed piece of work every 0.5 s while
-each of them runs (`SpeedProbe`); a ratio is fair only between steps that ran at one speed.
+Steps 1 and 2 run together because this machine's CPUs change speed by up to 1.6× for seconds
+at a time (a fixed piece of work took 8 or 13 ms by turns, measured 2026-12-01), which moves
+every part of a step that computes: run one after the other, the echo and the pipeline were
+measured at different speeds, and their ratio moved by 2× between runs of one checkout. A probe
+times a fixed piece of work every 0.5 s meanwhile (`SpeedProbe`) and the speed is printed.
 
     python bench/bench_pipeline.py --model artifacts/forecaster --data data/pems
 """
@@ -159,49 +162,85 @@ def echo(bootstrap: str, ready) -> None:
     consumer.close()
 
 
-def kafka_echo(libs: Path, records: int, rate: float, warmup: int) -> np.ndarray:
-    """Round-trip latencies (ms) through in → echo → out, after the first `warmup` records."""
-    work = Path(tempfile.mkdtemp(prefix="hvbench-echo-"))
-    with KafkaBroker(libs, work) as broker:
-        broker.create_topics(["in", "out"])
-        ready = multiprocessing.Event()
-        forwarder = multiprocessing.Process(target=echo, args=(broker.bootstrap, ready))
-        forwarder.start()
-        consumer = Consumer(
-            {"bootstrap.servers": broker.bootstrap, "group.id": "sink", **CONSUMER_CONFIG}
-        )
-        consumer.subscribe(["out"])
-        while not consumer.assignment():
-            consumer.poll(0.1)
-        ready.wait(60)
-        received: list[tuple[int, int]] = []
+class EchoBeside:
+    """The Kafka echo at `rate` rec/s, from start() until stop(), in a thread beside the
+    pipeline: both see the same speeds of this machine's CPUs (which change for seconds at a
+    time), at the cost of sharing the two CPUs with each other (60 rec/s each)."""
 
-        def receive() -> None:
-            while len(received) < records:
-                msg = consumer.poll(0.1)
-                if msg is not None and not msg.error():
-                    now = tsc_timer.now_ns()
-                    received.append((now, int(msg.value().split(b"|", 1)[0])))
+    def __init__(self, libs: Path, rate: float):
+        self.libs, self.period_ns = libs, 1e9 / rate
+        self.stopping, self.all_sent, self.sent = threading.Event(), threading.Event(), 0
+        self.received: list[tuple[int, int]] = []  # (sent_ns, received_ns)
+        self.thread = threading.Thread(target=self.run)
 
-        receiver = threading.Thread(target=receive)
-        receiver.start()
-        producer = Producer({"bootstrap.servers": broker.bootstrap, **PRODUCER_CONFIG})
-        period = 1e9 / rate
-        start = tsc_timer.now_ns() + 100_000_000
-        for i in range(records):
-            due = start + int(i * period)
-            wait = due - tsc_timer.now_ns()
+    def start(self) -> EchoBeside:
+        self.thread.start()
+        return self
+
+    def stop(self) -> np.ndarray:
+        """Every echoed record: its send (ns, this process's TSC clock) and latency (ms)."""
+        self.stopping.set()
+        self.thread.join(120)
+        pairs = np.array(sorted(self.received), dtype=np.int64).reshape(-1, 2)
+        return np.column_stack([pairs[:, 0], (pairs[:, 1] - pairs[:, 0]) / 1e6])
+
+    def run(self) -> None:
+        work = Path(tempfile.mkdtemp(prefix="hvbench-echo-"))
+        with KafkaBroker(self.libs, work) as broker:
+            broker.create_topics(["in", "out"])
+            ready = multiprocessing.Event()
+            forwarder = multiprocessing.Process(target=echo, args=(broker.bootstrap, ready))
+            forwarder.start()
+            consumer = Consumer(
+                {"bootstrap.servers": broker.bootstrap, "group.id": "sink", **CONSUMER_CONFIG}
+            )
+            consumer.subscribe(["out"])
+            while not consumer.assignment():
+                consumer.poll(0.1)
+            ready.wait(60)
+            receiver = threading.Thread(target=self.receive, args=(consumer,))
+            receiver.start()
+            self.sent = self.send(Producer({"bootstrap.servers": broker.bootstrap,
+                                            **PRODUCER_CONFIG}))  # fmt: skip
+            forwarder.join(30)
+            self.all_sent.set()
+            receiver.join(30)
+            consumer.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+    def send(self, producer) -> int:
+        """One record every period until stop(); how many were sent."""
+        start, sent = tsc_timer.now_ns() + 100_000_000, 0
+        while not self.stopping.is_set():
+            wait = start + int(sent * self.period_ns) - tsc_timer.now_ns()
             if wait > 0:
                 time.sleep(wait / 1e9)
             producer.produce("in", f"{tsc_timer.now_ns()}|{RECORD}".encode())
             producer.poll(0)
+            sent += 1
         producer.produce("in", b"stop")
         producer.flush(10)
-        receiver.join(60)
-        forwarder.join(30)
-        consumer.close()
-    shutil.rmtree(work, ignore_errors=True)
-    return np.array([(r - s) / 1e6 for r, s in sorted(received, key=lambda x: x[1])[warmup:]])
+        return sent
+
+    def receive(self, consumer) -> None:
+        """Stamps each echoed record; once all are sent, until all came back or 10 s passed."""
+        deadline = None
+        while deadline is None or (len(self.received) < self.sent and time.monotonic() < deadline):
+            msg = consumer.poll(0.1)
+            if msg is not None and not msg.error():
+                now = tsc_timer.now_ns()
+                self.received.append((int(msg.value().split(b"|", 1)[0]), now))
+            if deadline is None and self.all_sent.is_set():
+                deadline = time.monotonic() + 10
+
+
+def echo_figures(echoed: np.ndarray, window: list[int] | None) -> dict:
+    """The echo's latency over the records it sent while the pipeline's measured ones were."""
+    if window is None:
+        return {"n": 0}
+    inside = echoed[(echoed[:, 0] >= window[0]) & (echoed[:, 0] <= window[1]), 1]
+    figures = {f"p{p:g}_ms": float(np.percentile(inside, p)) for p in (50, 99, 99.9)}
+    return {"n": len(inside), **figures, "max_ms": float(inside.max())}
 
 
 def pipeline(
@@ -245,10 +284,19 @@ def pipeline(
     )
     meta = json.loads((results / run_id / "meta.json").read_text()) if code in (0, 2) else {}
     legs = leg_figures(results / run_id) if meta else {}
+    window = sent_window(results / run_id) if meta else None
     shutil.rmtree(results, ignore_errors=True)
     found = {"exit": code, "counts": meta.get("counts"), "latency": meta.get("latency")}
-    found["cpu_per_part"] = meta.get("cpu_per_part")
+    found |= {"cpu_per_part": meta.get("cpu_per_part"), "sent_window_ns": window}
     return found | {"legs": legs} | ({"trace": meta["trace"]} if "trace" in meta else {})
+
+
+def sent_window(run: Path) -> list[int]:
+    """When the measured records were sent: the first and last send (ns; the run's TSC clock,
+    on CLOCK_MONOTONIC_RAW's timeline as this process's is)."""
+    samples = pd.read_csv(run / "samples.csv", usecols=["sent_ns", "warmup"])
+    sent = samples.loc[samples["warmup"] == 0, "sent_ns"]
+    return [int(sent.min()), int(sent.max())]
 
 
 def leg_figures(run: Path) -> dict:
@@ -328,17 +376,17 @@ def print_figures(noise: dict, echo: dict, at_60: dict, steps: list[dict]) -> No
     print(
         f"  Kafka echo (2 hops) at 60 rec/s: p50 {echo['p50_ms']:.2f} ms  "
         f"p99 {echo['p99_ms']:.2f} ms  p99.9 {echo['p99.9_ms']:.2f} ms  max {echo['max_ms']:.2f}"
+        f"  ({echo['n']} records, sent beside the pipeline's)"
     )
     print(
         f"  pipeline at 60 rec/s:            p50 {lat.get('p50_ms', 0):.2f} ms  "
         f"p99 {lat.get('p99_ms', 0):.2f} ms  p99.9 {lat.get('p99.9_ms', 0):.2f} ms  "
         f"max {lat.get('max_ms', 0):.2f}  ({lat.get('n', 0)} records)"
     )
-    fastest = min(echo["speed"]["work_min_ms"], at_60["speed"]["work_min_ms"])
+    speed = at_60["speed"]
     print(
-        f"  the machine's speed: a fixed piece of work took p50 {echo['speed']['work_p50_ms']:.2f} "
-        f"ms during the echo, {at_60['speed']['work_p50_ms']:.2f} ms during the pipeline "
-        f"(fastest seen {fastest:.2f} ms)"
+        f"  the machine's speed meanwhile: a fixed piece of work took p50 "
+        f"{speed['work_p50_ms']:.2f} ms (fastest {speed['work_min_ms']:.2f} ms)"
     )
     for leg, figures in at_60.get("legs", {}).items():
         print(
@@ -360,19 +408,14 @@ def main() -> int:
     noise = wake_noise(args.noise_seconds)
     warmup_60 = int(60 * args.warmup_seconds)
     records_60 = warmup_60 + int(60 * args.seconds)
-    with SpeedProbe() as echo_speed:
-        echo_ms = kafka_echo(REPO / "build/kafka/libs", records_60, 60.0, warmup_60)
-    echo = {
-        "n": len(echo_ms),
-        "p50_ms": float(np.percentile(echo_ms, 50)),
-        "p99_ms": float(np.percentile(echo_ms, 99)),
-        "p99.9_ms": float(np.percentile(echo_ms, 99.9)),
-        "max_ms": float(echo_ms.max()),
-        "speed": echo_speed.figures(),
-    }
-    with SpeedProbe() as pipeline_speed:
-        at_60 = pipeline(args, records_60, 100.0, args.warmup_seconds, "bench-60")
-    at_60["speed"] = pipeline_speed.figures()
+    with SpeedProbe() as speed:
+        beside = EchoBeside(REPO / "build/kafka/libs", 60.0).start()
+        try:
+            at_60 = pipeline(args, records_60, 100.0, args.warmup_seconds, "bench-60")
+        finally:
+            echoed = beside.stop()
+    at_60["speed"] = speed.figures()
+    echo = echo_figures(echoed, at_60["sent_window_ns"])
     steps = [] if args.floor_only else rate_steps(args)
     best = sustainable(steps)
     lat = at_60["latency"] or {}
