@@ -26,6 +26,8 @@ import threading
 import time
 from pathlib import Path
 
+from hvbench_agent import trace
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 # The test hosts' release: Debian 13; test_provision_kvm_debian12.py keeps a Debian 12 host and
@@ -141,8 +143,8 @@ cat /sys/devices/system/cpu/online
 )
 
 
-# What `hvbench-agent trace --backend kvm` enables (hvbench_agent.trace: EVENTS, KVM_EVENTS)
-HELD_TRACEPOINTS = ("sched/sched_switch", "sched/sched_wakeup", "kvm/kvm_entry", "kvm/kvm_exit")
+# What `hvbench-agent trace --backend kvm` enables
+HELD_TRACEPOINTS = (*trace.EVENTS, *trace.KVM_EVENTS)
 HOLD_TRACEPOINTS = """\
 set -e
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
