@@ -2,7 +2,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 from hvbench_analysis import hdr, tables
-from hvbench_analysis.load import load_runs, run_dirs
+from hvbench_analysis.load import by_run, load_runs, run_dirs, run_rows
 from hvbench_analysis.synthetic import write_run
 
 MS = 1_000_000
@@ -160,7 +160,8 @@ def test_configurations_found_among_the_runs_are_those_of_every_sample(tmp_path)
     for name, tags in settings:
         write_run(tmp_path / name, rng.integers(MS, 9 * MS, 50 + len(name)), target="xen", **tags)
     measured = load_runs(run_dirs(tmp_path)).measured
-    groups = measured.groupby(list(tables.CONFIG), dropna=False, sort=True, observed=True)
+    every = measured[list(tables.CONFIG)].astype(object)  # each sample's tags, not categories
+    groups = every.groupby(list(tables.CONFIG), dropna=False, sort=True)
     expected = [(dict(zip(tables.CONFIG, k, strict=True)), g) for k, g in groups]
     found = tables.by_config(measured)
     assert len(found) == len(expected) == 4
@@ -171,3 +172,33 @@ def test_configurations_found_among_the_runs_are_those_of_every_sample(tmp_path)
         assert group.index.equals(want.index)  # the same samples, in the same order
     again = tables.by_config(measured)  # kept: the very same groups, not computed again
     assert all(a[1] is b[1] for a, b in zip(again, found, strict=True))
+
+
+def test_tags_of_several_kinds_are_codes_per_sample_and_their_values_per_run(tmp_path):
+    # a budget, none, and the words of a neighbour: each sample holds a code, and a run's tags
+    # read back are those of its meta.json (77500 an int, None where it has none)
+    write_run(tmp_path / "a", np.full(30, 2 * MS), target="xen", sched="rtds", budget=77_500,
+              period=100_000)  # fmt: skip
+    write_run(tmp_path / "b", np.full(20, 3 * MS), target="xen", sched="credit", cap=50)
+    samples = load_runs(run_dirs(tmp_path)).samples
+    assert samples["budget"].dtype == "category" and samples["cap"].dtype == "category"
+    rows = run_rows(samples, ("run_id", "budget", "cap", "period")).to_dict("records")
+    assert rows == [
+        {"run_id": "a", "budget": 77_500, "cap": None, "period": 100_000},
+        {"run_id": "b", "budget": None, "cap": 50, "period": None},
+    ]
+    assert type(rows[0]["budget"]) is int
+
+
+def test_each_runs_latencies_are_split_once_in_run_id_order(tmp_path):
+    rng = np.random.default_rng(3)
+    for name in ("z", "a", "m"):
+        write_run(tmp_path / name, rng.integers(MS, 9 * MS, 40), target="xen", sched="credit")
+    measured = load_runs(run_dirs(tmp_path)).measured
+    runs = by_run(measured)
+    assert [run.run_id for run in runs] == ["a", "m", "z"]
+    for run, (run_id, group) in zip(runs, measured.groupby("run_id", observed=True), strict=True):
+        assert run.run_id == run_id == run.tags["run_id"]
+        assert np.array_equal(run.latency_ns, group["latency_ns"].to_numpy())
+        assert run.tags["rep"] == group["rep"].iloc[0] and run.tags["sched"] == "credit"
+    assert by_run(measured)[0].latency_ns is runs[0].latency_ns  # kept, not split again

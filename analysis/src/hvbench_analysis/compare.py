@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from hvbench_analysis.load import by_run
 from hvbench_analysis.stats import percentile, summarize, tail_levels
 from hvbench_analysis.tags import CONFIG
 
@@ -30,11 +31,10 @@ LEVEL = 0.95
 def per_run(measured: pd.DataFrame, deadline_ms: float | None = None) -> pd.DataFrame:
     """One row per run: its configuration tags and summary statistics."""
     rows = []
-    for run_id, group in measured.groupby("run_id", observed=True, sort=True):
-        first = group.iloc[0]
-        row = {tag: first[tag] for tag in (*CONFIG, "rep")}
+    for run_id, tags, latency_ns in by_run(measured):
+        row = {tag: tags[tag] for tag in (*CONFIG, "rep")}
         row["run_id"] = run_id
-        row.update(summarize(group["latency_ns"].to_numpy(), deadline_ms))
+        row.update(summarize(latency_ns, deadline_ms))
         rows.append(row)
     return pd.DataFrame(rows)
 

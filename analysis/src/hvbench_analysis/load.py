@@ -12,10 +12,15 @@ a run with no measured sample (every record it received was warm-up, or none cam
     runs.runs         # one row per run: tags, counts, clock, readback, flags, problems
     runs.skipped      # [(run name, reason)]
     runs.left_out     # [LeftOut(run_id, configuration, state, phase, reason)]
+    by_run(runs.measured)  # each run's tags (as its meta.json has them) and latencies
+
+A tag of words, or of numbers and None, is categorical in `samples` (a code per sample);
+run_rows and by_run give each run's values back, None where it has none.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -28,6 +33,7 @@ from hvbench_analysis import results, stages
 from hvbench_analysis.labels import config_label, number_repetitions, setup_labels
 from hvbench_analysis.sections import Clock, Counts, present
 from hvbench_analysis.tags import (
+    CONFIG,
     FLAGS,
     NUMERIC_TAGS,
     TAGS,
@@ -64,7 +70,13 @@ class Runs:
     def measured(self) -> pd.DataFrame:
         """Samples outside the warm-up (all of them if the warm-up was not loaded); one table,
         shared by every section (tables.by_config keeps its groups once)."""
-        return self.samples[~self.samples["warmup"]]
+        return rows_where(self.samples, ~self.samples["warmup"].to_numpy(bool))
+
+
+def rows_where(table: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """table[mask], by position: pandas merged a million-row table's columns by type for a
+    boolean mask first (a second), not for take."""
+    return table.take(np.flatnonzero(mask))
 
 
 def run_dirs(folder: Path | str, names: list[str] | None = None) -> list[Path]:
@@ -80,31 +92,33 @@ def run_dirs(folder: Path | str, names: list[str] | None = None) -> list[Path]:
     return list(dict.fromkeys(picked))
 
 
-def read_run(directory: Path, include_warmup: bool) -> tuple[dict, pd.DataFrame]:
-    """(run facts, samples) of one run; RunError says what is wrong with it."""
+def read_run(directory: Path, include_warmup: bool) -> tuple[dict, dict]:
+    """(run facts, its samples' SAMPLE_COLUMNS: an array each); RunError says what is wrong
+    with it. Arrays, not a table: tables_of makes one table of every run's."""
     meta = results.read_meta(directory)
     tags = tags_of(meta)
     tags["run_id"] = tags["run_id"] or directory.name
     table = results.read_samples(directory)
     start = table["intended_ns"].min() if len(table) else 0
-    received = table[table["copies"] > 0]
-    if received["latency_ns"].isna().any():
+    received = table["copies"].to_numpy() > 0
+    if np.isnan(table["latency_ns"].to_numpy()[received]).any():
         raise RunError("samples.csv has received records without a latency")
-    legs = stages.legs(received, job_clock(meta))
-    if not include_warmup:
-        received, legs = received[~received["warmup"]], legs[~received["warmup"]]
-    samples = pd.DataFrame(
-        {
-            "detector": received["detector"],
-            "seq": received["seq"],
-            "time_s": (received["intended_ns"] - start) / 1e9,
-            "latency_ns": received["latency_ns"].to_numpy(np.int64),
-            "latency_from_intended_ns": received["latency_from_intended_ns"].to_numpy(np.int64),
-            "warmup": received["warmup"],
-            **{leg: legs[leg] for leg in stages.LEGS},
-        }
-    )
-    return {"meta": meta, "tags": tags, "path": directory}, samples.reset_index(drop=True)
+    kept = received if include_warmup else received & ~table["warmup"].to_numpy()
+
+    def column(name: str) -> np.ndarray:  # one column's kept rows (not the whole table's)
+        return table[name].to_numpy()[kept]
+
+    stamps = {c: column(c) for c in stages.STAMPS if c in table.columns}
+    samples = {
+        "detector": table["detector"].array[kept],
+        "seq": column("seq"),
+        "time_s": (column("intended_ns") - start) / 1e9,
+        "latency_ns": column("latency_ns").astype(np.int64),
+        "latency_from_intended_ns": column("latency_from_intended_ns").astype(np.int64),
+        "warmup": column("warmup"),
+        **stages.leg_arrays(stamps, int(kept.sum()), job_clock(meta)),
+    }
+    return {"meta": meta, "tags": tags, "path": directory}, samples
 
 
 def job_clock(meta: dict) -> dict | None:
@@ -269,7 +283,7 @@ def load_runs(
     return Runs(samples=samples, runs=runs, skipped=skipped, left_out=left_out)
 
 
-def nothing_measured(meta: dict, samples: pd.DataFrame) -> str | None:
+def nothing_measured(meta: dict, samples: dict) -> str | None:
     """Why a run has no measured sample (every record received was warm-up, or none came),
     or None if it has some."""
     if (~samples["warmup"].astype(bool)).any():
@@ -292,12 +306,66 @@ def tag_row(tags: dict) -> pd.DataFrame:
     return row
 
 
-def each_sample(tag_rows: list[pd.DataFrame], frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """The runs' tags, a row per sample: the runs' rows together, each repeated for its run's
-    samples (setting each tag on each run's samples, then joining those, took seconds)."""
-    tags = pd.concat(tag_rows, ignore_index=True)
-    counts = [len(frame) for frame in frames]
-    return pd.DataFrame({tag: np.repeat(tags[tag].to_numpy(), counts) for tag in tags.columns})
+# Tags of words, their categories in sorted order (a grouping by them is in that order).
+WORDS = ("target", "hypervisor", "sched", "setup", "run_id")
+
+
+def each_sample(tags: pd.DataFrame, counts: list[int]) -> dict:
+    """The runs' tags, a row per sample: each run's row repeated for its samples. A tag with
+    values of several kinds (a number or None, words) is categorical: a code per sample,
+    not a million Python objects (copying those took seconds; run_rows gives them back)."""
+    columns = {}
+    for tag in tags.columns:
+        values = tags[tag].to_numpy()
+        if values.dtype != object:
+            columns[tag] = np.repeat(values, counts)
+            continue
+        codes, kinds = pd.factorize(values, sort=tag in WORDS)  # None: code -1, missing
+        categories = pd.Index(kinds, dtype=object)  # 77500 stays an int, True a bool
+        columns[tag] = pd.Categorical.from_codes(np.repeat(codes, counts), categories)
+    return columns
+
+
+def run_rows(samples: pd.DataFrame, columns) -> pd.DataFrame:
+    """The first sample of each run (in the order of the samples), `columns` of it, each tag
+    as the run's tags have it (read_run): a categorical's missing value is None again."""
+    codes = pd.factorize(samples["run_id"])[0]
+    first = np.unique(codes, return_index=True)[1]
+    rows = samples.iloc[np.sort(first)][list(columns)]
+    for column in rows.columns:
+        if isinstance(rows[column].dtype, pd.CategoricalDtype):
+            values = rows[column].to_numpy(dtype=object)
+            values[pd.isna(values)] = None
+            rows[column] = pd.Series(values, index=rows.index, dtype=object)
+    return rows
+
+
+class RunSamples(NamedTuple):
+    """One run's measured samples: its tags (with rep and run_id) and latencies (ns)."""
+
+    run_id: str
+    tags: dict
+    latency_ns: np.ndarray
+
+
+# by_run's runs of each samples table still in use, by the table's id
+_RUNS: dict[int, list[RunSamples]] = {}
+
+
+def by_run(measured: pd.DataFrame) -> list[RunSamples]:
+    """Each run's tags and latencies, in run id order; computed once per samples table, from
+    the latency column alone (splitting every column by run took longer than the statistics)."""
+    key = id(measured)
+    if key not in _RUNS:
+        codes, _ = pd.factorize(measured["run_id"])
+        order = np.argsort(codes, kind="stable")
+        latency = np.split(measured["latency_ns"].to_numpy()[order],
+                           np.cumsum(np.bincount(codes))[:-1])  # fmt: skip
+        rows = run_rows(measured, (*CONFIG, "rep", "run_id")).to_dict("records")
+        runs = [RunSamples(row["run_id"], row, ns) for row, ns in zip(rows, latency, strict=True)]
+        _RUNS[key] = sorted(runs, key=lambda run: run.run_id)
+        weakref.finalize(measured, _RUNS.pop, key, None)
+    return list(_RUNS[key])
 
 
 SAMPLE_COLUMNS = [
@@ -306,7 +374,15 @@ SAMPLE_COLUMNS = [
 ]
 
 
-def tables_of(loaded: list[tuple[dict, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def joined(frames: list[dict]) -> dict:
+    """The runs' SAMPLE_COLUMNS, one after the other (a detector column of runs with other
+    detectors is of words, as pandas joins categoricals)."""
+    columns = {c: np.concatenate([frame[c] for frame in frames]) for c in SAMPLE_COLUMNS[1:]}
+    detectors = [pd.Series(frame["detector"]) for frame in frames]
+    return {"detector": pd.concat(detectors, ignore_index=True), **columns}
+
+
+def tables_of(loaded: list[tuple[dict, dict]]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The runs table (one row per run, with its setup label and repetition number) and every
     sample, each tagged with its run's settings."""
     rows, frames, tag_rows = [], [], []
@@ -319,12 +395,14 @@ def tables_of(loaded: list[tuple[dict, pd.DataFrame]]) -> tuple[pd.DataFrame, pd
     runs["setup"] = setup_labels(runs)
     number_repetitions(runs)
     if frames:
-        samples = pd.concat([pd.concat(frames, ignore_index=True), each_sample(tag_rows, frames)],
-                            axis=1)  # fmt: skip
+        tags = pd.concat(tag_rows, ignore_index=True)
         for tag in ("rep", "setup"):  # known once every run is loaded
-            samples[tag] = samples["run_id"].map(dict(zip(runs["run_id"], runs[tag], strict=True)))
+            tags[tag] = pd.Series(runs[tag].tolist())  # typed by its values (rep: int64)
+        counts = [len(frame["seq"]) for frame in frames]
+        # copy=False: a block per column, not one per type (stacking a million rows of each
+        # took a second, and a 2-D block's rows are slower to pick than a column's)
+        samples = pd.DataFrame({**joined(frames), **each_sample(tags, counts)}, copy=False)
     else:
         samples = pd.DataFrame(columns=[*SAMPLE_COLUMNS, *TAGS])
-    for tag in ("target", "hypervisor", "sched", "setup", "run_id"):
-        samples[tag] = samples[tag].astype("category")
+        samples = samples.astype(dict.fromkeys(WORDS, "category"))
     return runs, samples

@@ -469,7 +469,8 @@ def read_current_parquet(directory: Path) -> pd.DataFrame | None:
     except (OSError, ValueError):  # pyarrow's errors derive from these: read the CSV instead
         return None
     frame["detector"] = frame["detector"].astype(str)
-    return frame.astype({c: DTYPES[c] for c in columns})
+    differ = {c: DTYPES[c] for c in columns if frame[c].dtype != DTYPES[c]}
+    return frame.astype(differ)  # only those that differ: each astype copies its column
 
 
 def is_run(directory: Path) -> bool:

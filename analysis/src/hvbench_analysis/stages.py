@@ -91,10 +91,16 @@ def offset_at(relation: dict, sent_ns: np.ndarray) -> np.ndarray:
 def legs(samples: pd.DataFrame, relation: dict | None) -> pd.DataFrame:
     """input_leg_ns, job_ns, output_leg_ns per sample (same index); NaN where a stamp is
     missing, and the two legs NaN throughout when the clock offset is not known."""
-    out = pd.DataFrame(index=samples.index, columns=list(LEGS), dtype=np.float64)
-    if not set(STAMPS) <= set(samples.columns):
+    columns = {c: samples[c].to_numpy() for c in STAMPS if c in samples.columns}
+    return pd.DataFrame(leg_arrays(columns, len(samples), relation), index=samples.index)
+
+
+def leg_arrays(stamps: dict[str, np.ndarray], n: int, relation: dict | None) -> dict:
+    """legs() of n records from their stamps' columns: each leg an array of n (ns)."""
+    out = {leg: np.full(n, np.nan) for leg in LEGS}
+    if not set(STAMPS) <= set(stamps):
         return out
-    t1, t2, t3, t4 = (samples[c].to_numpy(np.float64) for c in STAMPS)
+    t1, t2, t3, t4 = (np.asarray(stamps[c], np.float64) for c in STAMPS)
     out["job_ns"] = t3 - t2
     if relation and relation.get("known"):
         theta = offset_at(relation, t1)
@@ -113,7 +119,7 @@ def tail_threshold_ns(latency_ns: np.ndarray, deadline_ms: float | None) -> floa
 def breakdown(group: pd.DataFrame, deadline_ms: float | None = None) -> dict | None:
     """One configuration's legs: p50, p99 and max of each (ms), and for the tail (records at
     or over the threshold) the share of their latency each leg took. None without legs."""
-    rows = group.dropna(subset=list(LEGS))
+    rows = group[[*LEGS, "latency_ns"]].dropna()  # the columns used, not every tag
     if rows.empty:
         return None
     out: dict = {"records": len(rows)}
@@ -141,7 +147,7 @@ BANDS = (("≤ p50", 0, 50), ("p50–p99", 50, 99), ("p99–p99.9", 99, 99.9), (
 def by_band(group: pd.DataFrame) -> pd.DataFrame:
     """Mean of each leg (ms) over the records in each latency band of the configuration
     (≤ p50, p50–p99, p99–p99.9, over p99.9): each band's legs add up to its mean latency."""
-    rows = group.dropna(subset=list(LEGS))
+    rows = group[[*LEGS, "latency_ns"]].dropna()  # the columns used, not every tag
     latency = rows["latency_ns"].to_numpy(np.float64)
     out = []
     for name, low, high in BANDS:

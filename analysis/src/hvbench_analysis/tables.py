@@ -16,7 +16,7 @@ import pandas as pd
 
 from hvbench_analysis.compare import bootstrap_mean_ci
 from hvbench_analysis.labels import config_label, rate_label
-from hvbench_analysis.load import union_flags
+from hvbench_analysis.load import by_run, rows_where, run_rows, union_flags
 from hvbench_analysis.stats import percentile, summarize
 from hvbench_analysis.tags import CONFIG
 
@@ -57,11 +57,12 @@ def config_groups(measured: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
     """The configurations are found among the runs (a row each), not among the samples (a
     million rows, each with every tag), then each one's samples picked by run."""
     codes, _ = pd.factorize(measured["run_id"])
-    first = np.unique(codes, return_index=True)[1]
-    runs = measured.iloc[first][list(CONFIG)].assign(code=codes[first])
+    runs = run_rows(measured, CONFIG).assign(code=np.unique(codes))
     groups = runs.groupby(list(CONFIG), dropna=False, sort=True, observed=True)
+    if groups.ngroups == 1:  # one configuration: its samples are the table itself, not a copy
+        return [(dict(zip(CONFIG, key, strict=True)), measured) for key, _ in groups]
     return [
-        (dict(zip(CONFIG, key, strict=True)), measured[np.isin(codes, group["code"])])
+        (dict(zip(CONFIG, key, strict=True)), rows_where(measured, np.isin(codes, group["code"])))
         for key, group in groups
     ]
 
@@ -77,10 +78,9 @@ def percentile_table(
     the run's, or those of any run of the configuration."""
     rows = []
     if per == "run":
-        for run_id, group in measured.groupby("run_id", observed=True, sort=True):
-            first = group.iloc[0]
-            row = {"run_id": run_id, "configuration": config_label(first), "rep": first["rep"]}
-            rows.append(row | flags_cell(flags, [run_id]) | summarize_group(group, deadline_ms))
+        for run_id, tags, latency_ns in by_run(measured):
+            row = {"run_id": run_id, "configuration": config_label(tags), "rep": tags["rep"]}
+            rows.append(row | flags_cell(flags, [run_id]) | summarize(latency_ns, deadline_ms))
     else:
         for tags, group in by_config(measured):
             run_ids = group["run_id"].unique()
@@ -123,8 +123,8 @@ def _max_rows(measured: pd.DataFrame, which) -> list[dict]:
 def per_run_max_p99(group: pd.DataFrame) -> tuple[list[float], list[float]]:
     """Each run's maximum and nearest-rank p99 (ms), in run id order."""
     maxima, p99s = [], []
-    for _, run in group.groupby("run_id", observed=True, sort=True):
-        ms = run["latency_ns"].to_numpy() / 1e6
+    for run in by_run(group):
+        ms = run.latency_ns / 1e6
         maxima.append(float(ms.max()))
         p99s.append(float(percentile(ms, 99)))
     return maxima, p99s
@@ -254,7 +254,7 @@ def interference_table(
     rows = []
     for tags, group in by_config(measured):
         stats = summarize_group(group, deadline_ms)
-        run_means = [float(r["latency_ns"].mean()) / 1e6 for _, r in runs_of(group)]
+        run_means = [float(run.latency_ns.mean()) / 1e6 for run in by_run(group)]
         run_max, _ = per_run_max_p99(group)
         row = {
             "Configuration": config_label(without_noise(tags)),
@@ -280,14 +280,10 @@ def interference_table(
     return table.sort_values(["Configuration"], kind="stable", ignore_index=True)
 
 
-def mean_over_runs(by_run: dict[str, float | None] | None, run_ids) -> float | None:
-    values = [(by_run or {}).get(run_id) for run_id in run_ids]
+def mean_over_runs(per_run: dict[str, float | None] | None, run_ids) -> float | None:
+    values = [(per_run or {}).get(run_id) for run_id in run_ids]
     values = [v for v in values if v is not None and not pd.isna(v)]
     return float(np.mean(values)) if values else None
-
-
-def runs_of(group: pd.DataFrame):
-    return group.groupby("run_id", observed=True, sort=True)
 
 
 def intended_vs_actual(measured: pd.DataFrame) -> pd.DataFrame:
@@ -391,13 +387,13 @@ def energy_table(measured: pd.DataFrame, runs: pd.DataFrame, seed: int = 0) -> p
     """Latency beside energy, per configuration: each run's p99 and maximum and its measured
     window's energy (meta.json `energy`), as the mean over the configuration's runs (with 95 %
     intervals from two runs on); "n/a" where a run's host had no energy source."""
-    by_run = runs.set_index("run_id")
+    run_facts = runs.set_index("run_id")
     rng = np.random.default_rng(seed)
     rows = []
     for tags, group in by_config(measured):
         maxima, p99s = per_run_max_p99(group)
-        ids = [run_id for run_id, _ in runs_of(group)]
-        energy = by_run.loc[ids]
+        ids = [run.run_id for run in by_run(group)]
+        energy = run_facts.loc[ids]
         per_record = [v for v in energy["mj_per_record"] if _has(v)]
         watts = [v for v in energy["mean_w"] if _has(v)]
         sources = sorted(set(energy["energy"]))

@@ -16,7 +16,7 @@ from hvbench_analysis.report.page import OutDirs, Page, safe_name, table_with_no
 def interference_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutDirs) -> None:
     """Only when some run had neighbours or held the job to some CPUs."""
     measured = runs.measured
-    if not measured[list(tables.NOISE_TAGS)].astype(str).ne("").any().any():
+    if not runs.runs[list(tables.NOISE_TAGS)].astype(str).ne("").any().any():  # a row a run
         return
     page.h(2, "Interference: latency by neighbours")
     work = dict(zip(runs.runs["run_id"], runs.runs["noise_work"], strict=True))

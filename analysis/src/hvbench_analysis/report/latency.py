@@ -14,6 +14,7 @@ from hvbench_analysis import (
     tables,
 )
 from hvbench_analysis.labels import config_label
+from hvbench_analysis.load import by_run
 from hvbench_analysis.report.page import OutDirs, Page, curves, run_curves, safe_name
 
 
@@ -151,10 +152,7 @@ def exceedance_figure(
 def repetition_ecdf(
     page: Page, tags: dict, group: pd.DataFrame, args: argparse.Namespace, dirs: OutDirs
 ) -> None:
-    per_rep = [
-        (f"rep {g['rep'].iloc[0]} ({run_id})", g["latency_ns"].to_numpy())
-        for run_id, g in group.groupby("run_id", observed=True)
-    ]
+    per_rep = [(f"rep {run.tags['rep']} ({run.run_id})", run.latency_ns) for run in by_run(group)]
     name = safe_name(f"ecdf_reps_{config_label(tags)}")
     png = figures.save(
         figures.ecdf(per_rep, f"Repetitions of {config_label(tags)}", args.xlim_ms),

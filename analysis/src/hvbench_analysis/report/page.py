@@ -14,6 +14,7 @@ import pandas as pd
 
 from hvbench_analysis import drawing, tables
 from hvbench_analysis.labels import config_label
+from hvbench_analysis.load import by_run
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222 }
@@ -137,7 +138,7 @@ def run_curves(groups: list[tuple[dict, pd.DataFrame]]) -> list[tuple[str, list[
     return [
         (
             config_label(tags),
-            [run["latency_ns"].to_numpy() for _, run in group.groupby("run_id", observed=True)],
+            [run.latency_ns for run in by_run(group)],
         )
         for tags, group in groups
     ]

@@ -14,7 +14,7 @@ import pandas as pd
 
 from hvbench_analysis import bounds, figures, tables
 from hvbench_analysis.labels import config_label
-from hvbench_analysis.load import Runs
+from hvbench_analysis.load import Runs, by_run
 from hvbench_analysis.prediction import Reference, all_references, unreserved, workload
 from hvbench_analysis.report.page import OutDirs, Page, safe_name, table_with_note
 from hvbench_analysis.stats import percentile
@@ -94,8 +94,7 @@ def errors(tags, group: pd.DataFrame, simulated: np.ndarray) -> dict:
     configuration's runs' own, as the model's held-out validation measures its errors."""
     row = {"Configuration": config_label(tags), "Runs": group["run_id"].nunique()}
     for name in ERRORS:
-        per_run = [statistic(run["latency_ns"].to_numpy() / 1e6, name)
-                   for _, run in group.groupby("run_id", observed=True)]  # fmt: skip
+        per_run = [statistic(run.latency_ns / 1e6, name) for run in by_run(group)]
         measured, predicted = float(np.mean(per_run)), statistic(simulated / 1e6, name)
         error = 100 * abs(predicted - measured) / measured if measured else float("nan")
         row[f"{name} error (%)"] = error
