@@ -236,9 +236,9 @@ class EchoBeside:
 
 def echo_figures(echoed: np.ndarray, window: list[int] | None) -> dict:
     """The echo's latency over the records it sent while the pipeline's measured ones were."""
-    if window is None:
-        return {"n": 0}
-    inside = echoed[(echoed[:, 0] >= window[0]) & (echoed[:, 0] <= window[1]), 1]
+    inside = echoed[(echoed[:, 0] >= window[0]) & (echoed[:, 0] <= window[1]), 1] if window else []
+    if len(inside) == 0:  # no pipeline run measured, or no echo inside its window
+        return {"n": 0, **dict.fromkeys(("p50_ms", "p99_ms", "p99.9_ms", "max_ms"), float("nan"))}
     figures = {f"p{p:g}_ms": float(np.percentile(inside, p)) for p in (50, 99, 99.9)}
     return {"n": len(inside), **figures, "max_ms": float(inside.max())}
 
@@ -283,26 +283,30 @@ def pipeline(
         ]
     )
     meta = json.loads((results / run_id / "meta.json").read_text()) if code in (0, 2) else {}
-    legs = leg_figures(results / run_id) if meta else {}
-    window = sent_window(results / run_id) if meta else None
+    measured = measured_samples(results / run_id) if meta else None
+    legs = leg_figures(measured) if measured is not None else {}
+    window = sent_window(measured) if measured is not None else None
     shutil.rmtree(results, ignore_errors=True)
     found = {"exit": code, "counts": meta.get("counts"), "latency": meta.get("latency")}
     found |= {"cpu_per_part": meta.get("cpu_per_part"), "sent_window_ns": window}
     return found | {"legs": legs} | ({"trace": meta["trace"]} if "trace" in meta else {})
 
 
-def sent_window(run: Path) -> list[int]:
-    """When the measured records were sent: the first and last send (ns; the run's TSC clock,
-    on CLOCK_MONOTONIC_RAW's timeline as this process's is)."""
-    samples = pd.read_csv(run / "samples.csv", usecols=["sent_ns", "warmup"])
-    sent = samples.loc[samples["warmup"] == 0, "sent_ns"]
-    return [int(sent.min()), int(sent.max())]
-
-
-def leg_figures(run: Path) -> dict:
-    """p50, p99 and p99.9 (ms) of each stage leg over the measured records (one clock here)."""
+def measured_samples(run: Path) -> pd.DataFrame:
+    """The run's measured records (received, past the warm-up), read once."""
     samples = pd.read_csv(run / "samples.csv")
-    measured = samples[(samples["warmup"] == 0) & samples["received_ns"].notna()]
+    return samples[(samples["warmup"] == 0) & samples["received_ns"].notna()]
+
+
+def sent_window(measured: pd.DataFrame) -> list[int] | None:
+    """When the measured records were sent: the first and last send (ns; the run's TSC clock,
+    on CLOCK_MONOTONIC_RAW's timeline as this process's is); None without one."""
+    sent = measured["sent_ns"]
+    return [int(sent.min()), int(sent.max())] if len(sent) else None
+
+
+def leg_figures(measured: pd.DataFrame) -> dict:
+    """p50, p99 and p99.9 (ms) of each stage leg over the measured records (one clock here)."""
     legs = stages.legs(measured, {"method": stages.SAME_CLOCK, "known": True})
     return {
         stages.LEG_NAMES[leg]: {
