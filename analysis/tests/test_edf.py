@@ -108,3 +108,32 @@ def test_a_neighbour_whose_work_comes_and_goes_takes_only_its_work_within_its_bu
     assert busy[0] == 70 * MS
     with pytest.raises(ValueError, match="work from 1 ns to its period"):
         Releases(50 * MS, 40 * MS)
+
+
+def test_on_two_cpus_a_record_runs_beside_a_busy_neighbour_not_after_it():
+    """Ours 40 per 100 ms with a 30 ms record at 0; a busy neighbour 60 per 100 ms whose
+    deadlines come first. On one CPU the neighbour runs 0–60 and ours 60–90; on a pool of two
+    ours runs 0–30 on the other CPU; beside two such neighbours it waits again until 60."""
+    ours = Server(40 * MS, 100 * MS, arrivals=[0], demands=[30 * MS])
+    busy = Server(60 * MS, 100 * MS, phase=-1)
+    assert edf([ours, busy])[0].tolist() == [90 * MS]
+    assert edf([ours, busy], cpus=2)[0].tolist() == [30 * MS]
+    assert edf([ours, busy, busy], cpus=2)[0].tolist() == [90 * MS]
+
+
+def test_on_two_cpus_one_busy_neighbour_never_delays_a_server():
+    rng = np.random.default_rng(9)
+    budget, period = 30 * MS, 100 * MS
+    arrivals, demands = sparse_records(rng, 300, period, budget)
+    busy = Server(100 * MS, 100 * MS, phase=-1)  # a whole CPU
+    done = edf([Server(budget, period, 5 * MS, arrivals, demands), busy], cpus=2)[0]
+    assert np.array_equal(done, simulate.periodic(arrivals, demands, budget, period, 5 * MS))
+
+
+def test_reservations_over_the_pools_cpus_are_refused():
+    servers = [Server(90 * MS, 100 * MS, arrivals=[0], demands=[MS]), Server(70 * MS, 100 * MS)]
+    assert len(edf(servers, cpus=2)[0]) == 1  # 160 % of two CPUs
+    with pytest.raises(ValueError, match=r"more than 2 CPUs \(90% \+ 70% \+ 50%\)"):
+        edf([*servers, Server(50 * MS, 100 * MS)], cpus=2)
+    with pytest.raises(ValueError, match="one CPU or more"):
+        edf(servers, cpus=0)

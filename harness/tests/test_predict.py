@@ -106,6 +106,32 @@ def test_rtds_beside_busy_neighbours_replays_them_on_one_cpu_first_at_equal_peri
         predict.predicted(heavy, "xen", setting, beside=over)
 
 
+def test_rtds_on_a_pool_of_two_cpus_runs_beside_its_busy_neighbour():
+    # the record and neighbour above, on a pool of two CPUs (--cpus 2): ours runs at once on
+    # the other CPU (alone: 35 ms); beside two such neighbours it waits until 50 again
+    heavy = records().iloc[:1].assign(cpu_ns=30 * MS, latency_ns=35 * MS)
+    setting = validate("xen", "rtds", budget_us=30_000, period_us=100_000, extratime=0)
+    args = ["--run", "x", "--sched", "rtds", "--beside", "50000/100000", "--cpus", "2"]
+    found = predict.parse_args(args)
+    out = predict.predicted(heavy, "xen", setting, beside=found.beside, cpus=found.cpus)
+    assert out["latency_ns"].tolist() == [35 * MS]
+    two = found.beside * 2
+    out = predict.predicted(heavy, "xen", setting, beside=two, cpus=2)
+    assert out["latency_ns"].tolist() == [(35 + 49) * MS]
+
+
+def test_several_cpus_are_refused_where_they_have_no_model():
+    setting = validate("xen", "credit", cap=50)
+    with pytest.raises(prediction.NotModelled, match="RTDS beside neighbours"):
+        predict.predicted(records(), "xen", setting, beside=(256,), cpus=2)
+    rtds = validate("xen", "rtds", budget_us=30_000, period_us=100_000, extratime=0)
+    with pytest.raises(prediction.NotModelled, match="RTDS beside neighbours"):
+        predict.predicted(records(), "xen", rtds, cpus=2)  # alone: no neighbours to share
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(SystemExit):
+            predict.parse_args(["--run", "x", "--sched", "rtds", "--cpus", bad])
+
+
 def test_an_rtds_neighbour_with_periodic_work_is_read_and_replayed():
     # the record of 30 ms as above; the neighbour's 10 ms of work comes with our first record
     # and every 40 ms after: it runs first (its deadline), ours after it, 10 ms later than

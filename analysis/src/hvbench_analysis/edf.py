@@ -3,7 +3,9 @@ deadline its period's end), the CPU to the server with work, budget and the earl
 a later deadline preempted as soon as an earlier one has work. This is RTDS on one physical CPU
 (xen/common/sched/rt.c: a vCPU's budget given back at each period boundary, the run queue
 ordered by deadline, equal deadlines first come first served), and the case where a server's
-budget may come anywhere in its period: the analytical bound's 2·(P − B).
+budget may come anywhere in its period: the analytical bound's 2·(P − B). On a pool of several
+CPUs, global EDF: RTDS keeps one run queue for all of its pool's CPUs (`rt_private.runq`), and
+each CPU runs the earliest deadline not running elsewhere (`runq_pick`).
 
 With extratime, a server that has spent its budget gets it again at once one priority level
 lower (rt.c `burn_budget`: priority_level + 1, cur_budget = budget), and every level-0 server
@@ -149,15 +151,20 @@ class Served:
                         self.finished.succeed()
 
 
-def edf(servers: list[Server]) -> list[np.ndarray | None]:
+def edf(servers: list[Server], cpus: int = 1) -> list[np.ndarray | None]:
     """When each record of each server is done (None for a server without records: always
-    busy, or its releases), once every record is. Servers that reserve more than the CPU are
+    busy, or its releases), once every record is. On several CPUs, global EDF: the `cpus`
+    servers with work, budget and the earliest deadlines run, a server on one CPU at a time
+    (RTDS's one run queue for its pool's CPUs). Servers that reserve more than the CPUs are
     refused: EDF would starve some of them for ever."""
-    if sum(Fraction(s.budget, s.period) for s in servers) > 1:
+    if cpus < 1:
+        raise ValueError(f"one CPU or more (got {cpus})")
+    if sum(Fraction(s.budget, s.period) for s in servers) > cpus:
         shares = " + ".join(f"{s.budget / s.period:.0%}" for s in servers)
-        raise ValueError(f"the reservations add up to more than one CPU ({shares})")
+        what = "one CPU" if cpus == 1 else f"{cpus} CPUs"
+        raise ValueError(f"the reservations add up to more than {what} ({shares})")
     env = simpy.Environment()
-    cpu = simpy.PreemptiveResource(env, capacity=1)
+    cpu = simpy.PreemptiveResource(env, capacity=cpus)
     served = [Served(env, cpu, s) for s in servers]
     with_records = [s.finished for s in served if s.server.arrivals is not None]
     if with_records:

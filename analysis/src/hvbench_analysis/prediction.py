@@ -64,6 +64,8 @@ def server(sched: str, reservation: dict) -> Server:
     → done times (ns)."""
     budget, period = reservation.get("budget_us"), reservation.get("period_us")
     cap = reservation.get("cap")
+    if (reservation.get("cpus") or 1) > 1 and not (sched == "rtds" and reservation.get("beside")):
+        raise NotModelled("several CPUs are modelled for RTDS beside neighbours (--beside)")
     if reservation.get("beside"):
         return beside_neighbours(sched, reservation)
     if sched in ("none", "fifo") or (sched == "rtds" and reservation.get("extratime")):
@@ -144,7 +146,7 @@ def rtds_beside(reservation: dict) -> Server:
     def serve(arrivals, demands):
         ours = edf.Server(budget, period, 0, arrivals, demands, extratime)
         neighbours = [rtds_neighbour(n, int(arrivals[0])) for n in beside]
-        return edf.edf([ours, *neighbours])[0]
+        return edf.edf([ours, *neighbours], cpus=reservation.get("cpus") or 1)[0]
 
     return serve
 

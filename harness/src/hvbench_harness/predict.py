@@ -19,22 +19,23 @@ from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, validate
 from hvbench_analysis import demand, prediction
 
 
-def reservation(setting, vcpus: int = 1, beside: tuple = ()) -> dict:
+def reservation(setting, vcpus: int = 1, beside: tuple = (), cpus: int = 1) -> dict:
     """A validated setting's reservation, as hvbench_analysis.prediction takes it."""
     return {"budget_us": setting.budget_us, "period_us": setting.period_us, "cap": setting.cap,
             "extratime": setting.extratime, "tslice_us": setting.tslice_us,
             "ratelimit_us": setting.ratelimit_us, "weight": setting.weight, "vcpus": vcpus,
-            "beside": list(beside)}  # fmt: skip
+            "beside": list(beside), "cpus": cpus}  # fmt: skip
 
 
 def predicted(
     table: pd.DataFrame, target: str, setting, background: float = 0.0, vcpus: int = 1,
-    beside: tuple = (),
+    beside: tuple = (), cpus: int = 1,
 ) -> pd.DataFrame:  # fmt: skip
     """The records' predicted latencies under a validated setting (background: the share of
     a CPU the job's JVM used besides the records, demand.background_share; vcpus: the
-    domain's, under a cap; beside: the weights of busy vCPUs of other domains on its CPU)."""
-    found = [reservation(setting, vcpus, beside)]
+    domain's, under a cap; beside: the weights of busy vCPUs of other domains on its CPU;
+    cpus: the RTDS pool's CPUs that it and they share)."""
+    found = [reservation(setting, vcpus, beside, cpus)]
     return prediction.predicted(table, target, setting.sched, found, background)
 
 
@@ -53,9 +54,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "weight:work/period in µs (256:5000/30000); RTDS budget/period[/extratime] in µs "
         "(30000/100000/1), always busy, or with :work/every in µs (30000/100000:5000/30000)",
     )  # fmt: skip
+    p.add_argument(
+        "--cpus", type=cpu_count, default=1,
+        help="RTDS: the CPUs of the pool that it and its neighbours (--beside) share",
+    )  # fmt: skip
     p.add_argument("--deadline-ms", type=float)
     p.add_argument("--out", help="a CSV of every record's predicted latency (one setting)")
     return p.parse_args(argv)
+
+
+def cpu_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a number of CPUs, 1 or more (not {text!r})")
+    return int(text)
 
 
 def neighbours(text: str) -> tuple:
@@ -140,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         chosen = settings(args, target)
         rows = []
         for setting in chosen:
-            records = predicted(table, target, setting, background, args.vcpus, args.beside)
+            records = predicted(
+                table, target, setting, background, args.vcpus, args.beside, args.cpus
+            )
             text = " ".join(f"{k}={v}" for k, v in setting.describe().items())
             stats = prediction.statistics(records["latency_ns"], args.deadline_ms)
             rows.append({"setting": text, **stats})
