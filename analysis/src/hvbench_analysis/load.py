@@ -20,7 +20,9 @@ run_rows and by_run give each run's values back, None where it has none.
 
 from __future__ import annotations
 
+import functools
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -348,24 +350,33 @@ class RunSamples(NamedTuple):
     latency_ns: np.ndarray
 
 
-# by_run's runs of each samples table still in use, by the table's id
-_RUNS: dict[int, list[RunSamples]] = {}
+def once_per_table(compute: Callable[[pd.DataFrame], list]) -> Callable[[pd.DataFrame], list]:
+    """compute(table), worked out once and kept while the table lives: every section of a
+    report asks for the same split of the same samples table."""
+    kept: dict[int, list] = {}  # by the table's id, emptied when the table goes
+
+    @functools.wraps(compute)
+    def once(table: pd.DataFrame) -> list:
+        key = id(table)
+        if key not in kept:
+            kept[key] = compute(table)
+            weakref.finalize(table, kept.pop, key, None)
+        return list(kept[key])
+
+    return once
 
 
+@once_per_table
 def by_run(measured: pd.DataFrame) -> list[RunSamples]:
-    """Each run's tags and latencies, in run id order; computed once per samples table, from
-    the latency column alone (splitting every column by run took longer than the statistics)."""
-    key = id(measured)
-    if key not in _RUNS:
-        codes, _ = pd.factorize(measured["run_id"])
-        order = np.argsort(codes, kind="stable")
-        latency = np.split(measured["latency_ns"].to_numpy()[order],
-                           np.cumsum(np.bincount(codes))[:-1])  # fmt: skip
-        rows = run_rows(measured, (*CONFIG, "rep", "run_id")).to_dict("records")
-        runs = [RunSamples(row["run_id"], row, ns) for row, ns in zip(rows, latency, strict=True)]
-        _RUNS[key] = sorted(runs, key=lambda run: run.run_id)
-        weakref.finalize(measured, _RUNS.pop, key, None)
-    return list(_RUNS[key])
+    """Each run's tags and latencies, in run id order, from the latency column alone
+    (splitting every column by run took longer than the statistics)."""
+    codes, _ = pd.factorize(measured["run_id"])
+    order = np.argsort(codes, kind="stable")
+    latency = np.split(measured["latency_ns"].to_numpy()[order],
+                       np.cumsum(np.bincount(codes))[:-1])  # fmt: skip
+    rows = run_rows(measured, (*CONFIG, "rep", "run_id")).to_dict("records")
+    runs = [RunSamples(row["run_id"], row, ns) for row, ns in zip(rows, latency, strict=True)]
+    return sorted(runs, key=lambda run: run.run_id)
 
 
 SAMPLE_COLUMNS = [

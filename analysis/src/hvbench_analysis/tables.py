@@ -8,7 +8,6 @@ p99, with 95 % bootstrap intervals over runs (compare.bootstrap_mean_ci).
 
 from __future__ import annotations
 
-import weakref
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ import pandas as pd
 
 from hvbench_analysis.compare import bootstrap_mean_ci
 from hvbench_analysis.labels import config_label, rate_label
-from hvbench_analysis.load import by_run, rows_where, run_rows, union_flags
+from hvbench_analysis.load import by_run, once_per_table, rows_where, run_rows, union_flags
 from hvbench_analysis.stats import percentile, summarize
 from hvbench_analysis.tags import CONFIG
 
@@ -39,23 +38,11 @@ def scheduler_name(sched: str, target: str, several_targets: bool) -> str:
     return f"{name} ({target})" if several_targets else name
 
 
-# by_config's groups of each samples table still in use, by the table's id (every section asks)
-_CONFIGS: dict[int, list[tuple[dict, pd.DataFrame]]] = {}
-
-
+@once_per_table
 def by_config(measured: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
     """(configuration tags, its samples) for each configuration, repetitions pooled, in the
-    order of the tags; computed once per samples table."""
-    key = id(measured)
-    if key not in _CONFIGS:
-        _CONFIGS[key] = config_groups(measured)
-        weakref.finalize(measured, _CONFIGS.pop, key, None)
-    return list(_CONFIGS[key])
-
-
-def config_groups(measured: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
-    """The configurations are found among the runs (a row each), not among the samples (a
-    million rows, each with every tag), then each one's samples picked by run."""
+    order of the tags. The configurations are found among the runs (a row each), not among
+    the samples (a million rows, each with every tag), then each one's samples picked by run."""
     codes, _ = pd.factorize(measured["run_id"])
     runs = run_rows(measured, CONFIG).assign(code=np.unique(codes))
     groups = runs.groupby(list(CONFIG), dropna=False, sort=True, observed=True)
