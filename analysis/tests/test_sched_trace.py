@@ -35,6 +35,21 @@ def test_the_kernels_lines_become_the_threads_states():
     assert set(spans()["comm"]) == {"Source: kafka-i"}
 
 
+def test_a_switch_away_from_a_thread_the_trace_holds_as_waiting_counts_a_lost_switch():
+    """Some kernels drop events a filter keeps (docs/tracing.md, "Switches lost"): without the
+    switch to the thread at 7000 it seems to wait from 3000 until its switch away at 8000."""
+    assert spans().attrs["switch_ins_lost"] == (0, 3)
+    lost = "\n".join(line for line in TRACE.splitlines() if " 7000: " not in line)
+    to_ns = sched_trace.clock_to_ns("x86-tsc", ONE_GHZ)
+    got = sched_trace.intervals(sched_trace.parse(lost), THREADS, to_ns)
+    assert [(r.state, r.start_ns, r.end_ns) for r in got.itertuples()][1:3] == [
+        ("runnable", 3000, 8000),
+        ("blocked", 8000, 9000),
+    ]
+    assert got.attrs["switch_ins_lost"] == (1, 3)
+    assert sched_trace.lost_switch_ins(got) == "1 of 3"
+
+
 def test_tsc_counts_convert_with_the_runs_calibration():
     to_ns = sched_trace.clock_to_ns("x86-tsc", {"base_ticks": 1000, "base_ns": 5e9, "hz": 2e9})
     assert to_ns([3000]) == pytest.approx([5e9 + 1000])

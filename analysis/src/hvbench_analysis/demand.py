@@ -109,4 +109,8 @@ JVM_PART = "flink job"  # the job's JVM in meta.json cpu_per_part (harness/cpu.p
 def run_demands(directory, meta: dict) -> pd.DataFrame | None:
     """record_demands of a run's folder; None if it has no trace the report can read."""
     found = sched_trace.traced(directory, meta)
-    return None if found is None else record_demands(*found)
+    if found is None:
+        return None
+    table = record_demands(*found)
+    table.attrs["switch_ins_lost"] = found[0].attrs.get("switch_ins_lost", (0, 0))
+    return table

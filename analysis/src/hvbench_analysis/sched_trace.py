@@ -134,21 +134,22 @@ def alignment_from_guest_clock(start: dict, end: dict) -> dict:
 
 
 def transitions(events: pd.DataFrame, tids: set[int]) -> pd.DataFrame:
-    """(ts, tid, state) each time a traced thread's state changes, in trace order."""
+    """(ts, tid, state, switched_out) each time a traced thread's state changes, in trace
+    order; switched_out: a switch away from the thread (it ran until then)."""
     rows = []
     for e in events.itertuples(index=False):
         if e.event == "sched_switch":
             if e.prev_pid in tids:
                 state = "runnable" if str(e.prev_state).startswith("R") else "blocked"
-                rows.append((e.ts, int(e.prev_pid), state))
+                rows.append((e.ts, int(e.prev_pid), state, True))
             if e.next_pid in tids:
-                rows.append((e.ts, int(e.next_pid), "running"))
+                rows.append((e.ts, int(e.next_pid), "running", False))
         elif e.event == "runstate":
             if e.pid in tids:
-                rows.append((e.ts, int(e.pid), e.new_state))
+                rows.append((e.ts, int(e.pid), e.new_state, False))
         elif e.pid in tids:
-            rows.append((e.ts, int(e.pid), "wakeup"))
-    return pd.DataFrame(rows, columns=["ts", "tid", "state"])
+            rows.append((e.ts, int(e.pid), "wakeup", False))
+    return pd.DataFrame(rows, columns=["ts", "tid", "state", "switched_out"])
 
 
 def intervals(events: pd.DataFrame, threads: dict[int, str], to_ns) -> pd.DataFrame:
@@ -156,17 +157,26 @@ def intervals(events: pd.DataFrame, threads: dict[int, str], to_ns) -> pd.DataFr
     states between its first and its last event."""
     changes = transitions(events, set(threads))
     rows = []
+    outs = unseen = 0  # switches away from a thread; of them, from a switch to it not traced
     for tid, group in changes.groupby("tid", sort=True):
         times = to_ns(group["ts"].astype(float).to_numpy())
         ends = [*times[1:], None]  # each state lasts until the thread's next change
         state = None
-        for start, end, change in zip(times, ends, group["state"], strict=True):
+        for start, end, change, out in zip(
+            times, ends, group["state"], group["switched_out"], strict=True
+        ):
             if change == "wakeup":  # a wake-up makes a blocked thread runnable, nothing else
                 change = "runnable" if state in (None, "blocked") else state
+            outs += bool(out)
+            unseen += bool(out) and state in ("runnable", "blocked")
             state = change
             if end is not None and end > start:
                 rows.append((tid, threads[tid], state, start, end))
-    return pd.DataFrame(rows, columns=["tid", "comm", "state", "start_ns", "end_ns"])
+    spans = pd.DataFrame(rows, columns=["tid", "comm", "state", "start_ns", "end_ns"])
+    # A switch away from a thread the trace holds as waiting: the switch to it was lost, and
+    # the time it ran since is counted as waiting (docs/tracing.md, "Switches lost").
+    spans.attrs["switch_ins_lost"] = (unseen, outs)
+    return spans
 
 
 def covered_ns(spans: np.ndarray, start: float, end: float) -> float:
@@ -246,14 +256,23 @@ def run_explanation(directory, meta: dict, deadline_ms: float | None) -> dict | 
     threshold = stages.tail_threshold_ns(samples["latency_ns"].to_numpy(), deadline_ms)
     records = explain(samples, spans, threshold)
     return {
-        "summary": explanation_row(meta, trace, threshold, records),
+        "summary": explanation_row(meta, trace, threshold, records, spans),
         "records": records,
         "spans": spans,
         "samples": samples,
     }
 
 
-def explanation_row(meta: dict, trace: dict, threshold_ns: float, records: pd.DataFrame) -> dict:
+def lost_switch_ins(spans: pd.DataFrame) -> str:
+    """The text "n of m": of m switches away from the threads, n whose switch to the thread
+    the trace lacks (the thread ran meanwhile, counted as waiting)."""
+    lost, outs = spans.attrs.get("switch_ins_lost", (0, 0))
+    return f"{lost} of {outs}"
+
+
+def explanation_row(
+    meta: dict, trace: dict, threshold_ns: float, records: pd.DataFrame, spans: pd.DataFrame
+) -> dict:
     shares = records["explained_pct"]
     return {
         "run_id": meta.get("run_id"),
@@ -263,6 +282,7 @@ def explanation_row(meta: dict, trace: dict, threshold_ns: float, records: pd.Da
         "alignment bound (ms)": (trace.get("alignment") or {}).get("bound_ns", 0) / 1e6,
         "events": trace.get("lines"),
         "dropped": trace.get("dropped"),
+        "switches to a thread lost": lost_switch_ins(spans),
         "tail from (ms)": threshold_ns / 1e6,
         "tail records": len(records),
         "mean explained (%)": float(shares.mean()) if len(shares) else float("nan"),
