@@ -69,6 +69,24 @@ def test_the_section_draws_each_configuration_over_its_simulation(section):
     assert len(drawn) == 3 and all((out / "figures" / p).stat().st_size > 0 for p in drawn)
 
 
+def test_a_reference_whose_trace_lost_switches_is_named_with_how_many(section, tmp_path):
+    assert "lacks the switch" not in section[0]  # every switch to the thread is there
+    run = add_cpu_trace(write_run(tmp_path / "results" / "reference", np.full(120, 3 * MS)), MS)
+    trace = (run / "sched_trace.txt").read_text().splitlines()
+    switch_in = next(i for i, line in enumerate(trace) if "next_pid=100 " in line)
+    (run / "sched_trace.txt").write_text("\n".join(trace[:switch_in] + trace[switch_in + 1 :]))
+    write_run(tmp_path / "results" / "ample", np.full(120, 3 * MS), sched="deadline",
+              budget=50_000, period=100_000)  # fmt: skip
+    out = tmp_path / "report"
+    page = Page("test")
+    dirs = OutDirs(out / "figures", out / "tables", out / "hdr")
+    runs = load_runs(run_dirs(tmp_path / "results"))
+    simulated_section(page, runs, argparse.Namespace(xlim_ms=None), dirs)
+    assert "The trace of reference lacks the switch to a job thread before 1 of its 121" in (
+        page.render()
+    )
+
+
 def test_without_a_traced_reference_there_is_no_section(tmp_path):
     write_run(tmp_path / "results" / "r", np.full(20, 3 * MS), sched="deadline", budget=5000)
     page = Page("test")

@@ -202,7 +202,7 @@ def add_cpu_trace(directory: Path, cpu_ns: int) -> Path:
         lines.append(_switch(at, "S", to_job=True))  # woken by the record: on a CPU
         lines.append(_switch(at + cpu_ns, "S", to_job=False))  # done with it: waits
     last = int(samples["received_ns"].max())
-    lines.append(_switch(last + 1, "S", to_job=False))  # the trace lasts past the last one
+    lines.append(_switch(last + 1, "S", to_job=True))  # the trace lasts past the last one
     return _write_trace(directory, lines)
 
 

@@ -143,8 +143,26 @@ def simulated_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: Ou
         table_with_note(page, error_summary(errs), "simulated_validation", dirs, ERRORS_NOTE)
     for text in skipped:
         page.p(f"Not simulated: {text}.", "note")
+    for text in lost_switches(found_refs):
+        page.p(text, "note")
     for tags, group, simulated in drawn:
         overlay(page, tags, group, simulated, args, dirs)
+
+
+def lost_switches(found_refs: dict[tuple, list[Reference]]) -> list[str]:
+    """A line for each reference whose trace lacks switches to the job's threads."""
+    lines = []
+    for refs in found_refs.values():
+        for ref in refs:
+            lost, outs = ref.table.attrs.get("switch_ins_lost", (0, 0))
+            if lost:
+                lines.append(
+                    f"The trace of {ref.run_id} lacks the switch to a job thread before {lost} of "
+                    f'its {outs} switches away (docs/tracing.md, "Switches lost"): the time the '
+                    "thread ran since each is counted as waiting, so its CPU demands, and the "
+                    "delays simulated from them, are low."
+                )
+    return lines
 
 
 NOTE = (
