@@ -145,6 +145,17 @@ def test_a_cluster_node_names_every_voter_and_replicates_every_topic(tmp_path):
     assert len(cluster.bootstrap.split(",")) == 3
 
 
+@pytest.mark.slow  # make test-testbed's slow tier, for make test's budget (docs/testing.md)
+def test_a_clusters_nodes_stopped_one_after_another_all_end_on_sigterm(tmp_path):
+    """The last node stopped has no quorum left: with a controlled shutdown it waited for the
+    quorum's approval until it was killed (SIGKILL, 30 s later); without, it ends at once."""
+    with KafkaCluster(LIBS, tmp_path / "kafka", nodes=3, replication=3, min_insync=2) as cluster:
+        cluster.create_topics(["input"], 2)
+        for broker in cluster.brokers:  # the worst order: each one waits for the one before
+            assert broker.properties["controlled.shutdown.enable"] == "false"
+            assert [e["signal"] for e in broker.stop(timeout=30)] == ["SIGTERM"]
+
+
 def test_a_single_broker_keeps_its_dynamic_quorum_of_one(tmp_path):
     broker = KafkaBroker(LIBS, tmp_path / "kafka")
     assert broker.properties["controller.quorum.bootstrap.servers"].endswith(

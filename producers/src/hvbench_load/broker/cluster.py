@@ -112,8 +112,8 @@ class KafkaCluster:
             broker.keep(restarts, poll_s, hang_s)
 
     def stop(self, timeout: float = 20.0) -> list[dict]:
-        """All nodes at once: stopped one after another, the last one waits for a quorum that
-        is gone until it is killed. What each node's stop ended (KafkaBroker.stop)."""
+        """All nodes at once (none does a controlled shutdown: Quorum.properties). What each
+        node's stop ended (KafkaBroker.stop)."""
         ended: list[dict] = []
 
         def stop_node(broker: KafkaBroker) -> None:

@@ -30,8 +30,7 @@ DEFAULT_JVM_OPTS = ("-Xms1g", "-Xmx1g", "-Djava.awt.headless=true", *jvm.OPTIONS
 FORMAT_JVM_OPTS = ("-Xmx128m", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
 # How long main() lets the JVM shut down before it kills it. Under the tether's grace
 # (hvbench_agent.tether, 20 s): the JVM has a session of its own, so if the tether killed this
-# process first the JVM would be left running. The last node of a cluster never finishes a
-# controlled shutdown (its quorum is gone), so this limit is reached there.
+# process first the JVM would be left running.
 SERVE_STOP_S = 10.0
 # A broker is hung when it does not answer a metadata request (asked every CHECK_S seconds)
 # within HANG_S seconds: here, and in a testbed's guest (main(), HANG_GUEST_S, as long as a
@@ -137,7 +136,13 @@ class Quorum:
     def properties(self) -> dict[str, str]:
         if len(self.voters) == 1:  # a dynamic quorum of one, formatted --standalone
             return {"controller.quorum.bootstrap.servers": next(iter(self.voters.values()))}
-        return {"controller.quorum.voters": self.voters_text()}  # static: formatted with no options
+        return {
+            "controller.quorum.voters": self.voters_text(),  # static: formatted with no options
+            # A node stops only when the run ends, all together (a fault kills it): a
+            # controlled shutdown (leaders handed over first) has no node to hand them to,
+            # and it waits for the quorum's approval, which the last node never gets.
+            "controlled.shutdown.enable": "false",
+        }
 
     def format_options(self) -> list[str]:
         return ["--standalone"] if len(self.voters) == 1 else []
