@@ -35,19 +35,57 @@ def test_the_kernels_lines_become_the_threads_states():
     assert set(spans()["comm"]) == {"Source: kafka-i"}
 
 
-def test_a_switch_away_from_a_thread_the_trace_holds_as_waiting_counts_a_lost_switch():
-    """Some kernels drop events a filter keeps (docs/tracing.md, "Switches lost"): without the
-    switch to the thread at 7000 it seems to wait from 3000 until its switch away at 8000."""
-    assert spans().attrs["switch_ins_lost"] == (0, 3)
-    lost = "\n".join(line for line in TRACE.splitlines() if " 7000: " not in line)
+def without(stamp: str, added: str = "") -> pd.DataFrame:
+    """The sample trace's states with the switch at `stamp` lost (and `added` lines before
+    its last)."""
+    lines = [line for line in TRACE.splitlines() if f" {stamp}: " not in line]
+    lost = "\n".join([*lines[:-1], *added.splitlines(), lines[-1]])
     to_ns = sched_trace.clock_to_ns("x86-tsc", ONE_GHZ)
-    got = sched_trace.intervals(sched_trace.parse(lost), THREADS, to_ns)
+    return sched_trace.intervals(sched_trace.parse(lost), THREADS, to_ns)
+
+
+def test_a_switch_away_from_a_thread_the_trace_holds_as_waiting_counts_a_lost_switch():
+    """Some kernels drop switch events (docs/tracing.md, "Switches lost"): without the switch
+    to the thread at 7000, after it was preempted, it seems to wait from 3000 until its switch
+    away at 8000, and nothing dates when it ran."""
+    assert spans().attrs["switch_ins_lost"] == (0, 3, 0)
+    got = without("7000")
     assert [(r.state, r.start_ns, r.end_ns) for r in got.itertuples()][1:3] == [
         ("runnable", 3000, 8000),
         ("blocked", 8000, 9000),
     ]
-    assert got.attrs["switch_ins_lost"] == (1, 3)
-    assert sched_trace.lost_switch_ins(got) == "1 of 3"
+    assert got.attrs["switch_ins_lost"] == (1, 3, 0)
+    assert sched_trace.lost_switch_ins(got) == "1 of 3 (0 dated by their CPU time)"
+    warning = sched_trace.undated_warning(got.attrs, "r1")
+    assert warning.startswith("The trace of r1 lacks the switch to a job thread before 1 of its 3")
+
+
+# the CPU time the scheduler charged the thread as it ran: at a tick, then as it blocked
+RUNTIME = "".join(
+    f" Source: kafka-i-100 [000] d..2. {ts}: sched_stat_runtime: comm=Source: kafka-i pid=100 "
+    f"runtime={ns} [ns]\n"
+    for ts, ns in ((11000, 1200), (11990, 800))
+)
+
+
+def test_a_lost_switch_to_a_thread_is_dated_by_the_cpu_time_charged_to_it():
+    """Without the switch at 9500, the thread seems to wait from its wake-up at 9000 until its
+    switch away at 12000; the 2,000 ns charged to it meanwhile say it ran from 10000."""
+    got = without("9500", RUNTIME)
+    assert [(r.state, r.start_ns, r.end_ns) for r in got.itertuples()][-3:] == [
+        ("blocked", 8000, 9000),
+        ("runnable", 9000, 10000),
+        ("running", 10000, 12000),
+    ]
+    assert got.attrs["switch_ins_lost"] == (1, 3, 1)
+    assert sched_trace.undated_warning(got.attrs, "r1") is None
+    assert sched_trace.undated_warning({}, "r1") is None  # a trace with nothing lost
+    to_ns = sched_trace.clock_to_ns("x86-tsc", ONE_GHZ)
+    *head, last = TRACE.splitlines()
+    both = "\n".join([*head, *RUNTIME.splitlines(), last])
+    seen = sched_trace.intervals(sched_trace.parse(both), THREADS, to_ns)
+    assert seen.attrs["switch_ins_lost"] == (0, 3, 0)  # seen switches need no dating
+    assert seen[["state", "start_ns", "end_ns"]].equals(spans()[["state", "start_ns", "end_ns"]])
 
 
 def test_tsc_counts_convert_with_the_runs_calibration():

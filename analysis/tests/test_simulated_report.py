@@ -82,9 +82,9 @@ def test_a_reference_whose_trace_lost_switches_is_named_with_how_many(section, t
     dirs = OutDirs(out / "figures", out / "tables", out / "hdr")
     runs = load_runs(run_dirs(tmp_path / "results"))
     simulated_section(page, runs, argparse.Namespace(xlim_ms=None), dirs)
-    assert "The trace of reference lacks the switch to a job thread before 1 of its 121" in (
-        page.render()
-    )
+    html = page.render()
+    assert "The trace of reference lacks the switch to a job thread before 1 of its 121" in html
+    assert "with no CPU time to date it by" in html
 
 
 def test_without_a_traced_reference_there_is_no_section(tmp_path):

@@ -21,7 +21,7 @@ def test_the_filters_keep_only_the_given_threads():
     assert got["sched/sched_switch"] == (
         "prev_pid == 7 || next_pid == 7 || prev_pid == 9 || next_pid == 9"
     )
-    assert got["sched/sched_wakeup"] == "pid == 7 || pid == 9"
+    assert got["sched/sched_wakeup"] == got["sched/sched_stat_runtime"] == "pid == 7 || pid == 9"
 
 
 def sleeper(

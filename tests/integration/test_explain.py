@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from driver import leftover_processes, run_args
 from hvbench_agent.trace import tracefs
-from hvbench_analysis import report
+from hvbench_analysis import report, sched_trace
 from hvbench_harness import run
 
 # a starved run of 360 records traced, over a minute: the slow tier (make test's budget)
@@ -44,6 +44,9 @@ def test_the_run_traced_the_jobs_threads_and_kept_the_events(starved_run):
     assert meta["files"]["sched_trace"] == "sched_trace.txt"
     text = (results / "sched_trace.txt").read_text()
     assert all(f"={tid} " in text for tid in trace["threads"])
+    # a switch to a thread the kernel lost is dated by the CPU time charged to it
+    lost, outs, dated = sched_trace.traced(results, meta)[0].attrs["switch_ins_lost"]
+    assert outs > 0 and dated == lost, (lost, outs, dated)
     # the trace instance is gone and nothing of the run is left running
     assert not list((tracefs() / "instances").glob("hvbench-*"))
     assert leftover_processes(tmp_path) == []

@@ -112,5 +112,5 @@ def run_demands(directory, meta: dict) -> pd.DataFrame | None:
     if found is None:
         return None
     table = record_demands(*found)
-    table.attrs["switch_ins_lost"] = found[0].attrs.get("switch_ins_lost", (0, 0))
+    table.attrs["switch_ins_lost"] = sched_trace.switch_ins_lost(found[0].attrs)
     return table

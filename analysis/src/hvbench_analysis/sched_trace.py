@@ -25,12 +25,16 @@ import pandas as pd
 # (comm may hold spaces and dashes; the timestamp is TSC counts, or seconds.micros)
 # (a Xen trace's lines, made by the host's agent from xentrace's records, read the same way:
 # "d5v0 [002] xen 8620163127352: runstate: vcpu=0 running->runnable")
-LINE = re.compile(r"\[(\d+)\]\s+\S+\s+(\d+(?:\.\d+)?): (sched_switch|sched_wakeup|runstate): (.*)$")
+LINE = re.compile(
+    r"\[(\d+)\]\s+\S+\s+(\d+(?:\.\d+)?): (sched_switch|sched_wakeup|sched_stat_runtime|runstate): "
+    r"(.*)$"
+)
 SWITCH = re.compile(
     r"prev_comm=(.*) prev_pid=(\d+) prev_prio=-?\d+ prev_state=(\S+) ==> "
     r"next_comm=(.*) next_pid=(\d+) next_prio=-?\d+"
 )
 WAKEUP = re.compile(r"comm=(.*) pid=(\d+) prio=-?\d+")
+RUNTIME = re.compile(r"comm=(.*) pid=(\d+) runtime=(\d+) \[ns\]")
 RUNSTATE = re.compile(r"vcpu=(\d+) (\w+)->(\w+)")
 # a Xen vCPU's runstates as a thread's states (offline: it cannot run, as if blocked)
 XEN_STATES = {"running": "running", "runnable": "runnable", "blocked": "blocked",
@@ -40,7 +44,8 @@ STATES = ("running", "runnable", "blocked")
 
 
 def parse(text: str) -> pd.DataFrame:
-    """The events: ts (as printed), cpu, event, prev_pid, prev_state, next_pid, pid (woken)."""
+    """The events: ts (as printed), cpu, event, prev_pid, prev_state, next_pid, pid (woken,
+    or charged runtime_ns of CPU time)."""
     rows = []
     for line in text.splitlines():
         found = LINE.search(line)
@@ -52,12 +57,15 @@ def parse(text: str) -> pd.DataFrame:
             row.update(prev_pid=int(m[2]), prev_state=m[3], next_pid=int(m[5]))
         elif event == "sched_wakeup" and (m := WAKEUP.match(payload)):
             row.update(pid=int(m[2]))
+        elif event == "sched_stat_runtime" and (m := RUNTIME.match(payload)):
+            row.update(pid=int(m[2]), runtime_ns=int(m[3]))
         elif event == "runstate" and (m := RUNSTATE.match(payload)):
             row.update(pid=int(m[1]), new_state=XEN_STATES.get(m[3], "blocked"))
         else:
             continue
         rows.append(row)
-    columns = ["ts", "cpu", "event", "prev_pid", "prev_state", "next_pid", "pid", "new_state"]
+    columns = ["ts", "cpu", "event", "prev_pid", "prev_state", "next_pid", "pid", "new_state",
+               "runtime_ns"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -134,49 +142,72 @@ def alignment_from_guest_clock(start: dict, end: dict) -> dict:
 
 
 def transitions(events: pd.DataFrame, tids: set[int]) -> pd.DataFrame:
-    """(ts, tid, state, switched_out) each time a traced thread's state changes, in trace
-    order; switched_out: a switch away from the thread (it ran until then)."""
+    """(ts, tid, state, switched_out, ran_ns) each time a traced thread's state changes, in
+    trace order; switched_out: a switch away from the thread (it ran until then), and ran_ns
+    the CPU time the scheduler charged it since its switch away before (sched_stat_runtime;
+    0 where not traced)."""
     rows = []
+    charged: dict[int, int] = {}
     for e in events.itertuples(index=False):
         if e.event == "sched_switch":
             if e.prev_pid in tids:
+                tid = int(e.prev_pid)
                 state = "runnable" if str(e.prev_state).startswith("R") else "blocked"
-                rows.append((e.ts, int(e.prev_pid), state, True))
+                rows.append((e.ts, tid, state, True, charged.pop(tid, 0)))
             if e.next_pid in tids:
-                rows.append((e.ts, int(e.next_pid), "running", False))
+                rows.append((e.ts, int(e.next_pid), "running", False, 0))
+        elif e.event == "sched_stat_runtime":
+            if e.pid in tids:
+                charged[int(e.pid)] = charged.get(int(e.pid), 0) + int(e.runtime_ns)
         elif e.event == "runstate":
             if e.pid in tids:
-                rows.append((e.ts, int(e.pid), e.new_state, False))
+                rows.append((e.ts, int(e.pid), e.new_state, False, 0))
         elif e.pid in tids:
-            rows.append((e.ts, int(e.pid), "wakeup", False))
-    return pd.DataFrame(rows, columns=["ts", "tid", "state", "switched_out"])
+            rows.append((e.ts, int(e.pid), "wakeup", False, 0))
+    return pd.DataFrame(rows, columns=["ts", "tid", "state", "switched_out", "ran_ns"])
 
 
 def intervals(events: pd.DataFrame, threads: dict[int, str], to_ns) -> pd.DataFrame:
     """tid, comm, state (running, runnable, blocked), start_ns, end_ns: each traced thread's
-    states between its first and its last event."""
+    states between its first and its last event. A switch away from a thread the trace holds
+    as waiting lost the switch to it (docs/tracing.md, "Switches lost"): the CPU time charged
+    to the thread since its switch away before dates when it began to run; without it, the
+    time it ran is counted as waiting."""
     changes = transitions(events, set(threads))
     rows = []
-    outs = unseen = 0  # switches away from a thread; of them, from a switch to it not traced
+    outs = unseen = dated = 0  # switches away; of them, after a switch to it not traced; dated
     for tid, group in changes.groupby("tid", sort=True):
         times = to_ns(group["ts"].astype(float).to_numpy())
         ends = [*times[1:], None]  # each state lasts until the thread's next change
         state = None
-        for start, end, change, out in zip(
-            times, ends, group["state"], group["switched_out"], strict=True
+        for start, end, change, out, ran in zip(
+            times, ends, group["state"], group["switched_out"], group["ran_ns"], strict=True
         ):
+            if out and state in ("runnable", "blocked"):
+                unseen += 1
+                dated += date_lost_run(rows, tid, start, ran)
             if change == "wakeup":  # a wake-up makes a blocked thread runnable, nothing else
                 change = "runnable" if state in (None, "blocked") else state
             outs += bool(out)
-            unseen += bool(out) and state in ("runnable", "blocked")
             state = change
             if end is not None and end > start:
                 rows.append((tid, threads[tid], state, start, end))
     spans = pd.DataFrame(rows, columns=["tid", "comm", "state", "start_ns", "end_ns"])
-    # A switch away from a thread the trace holds as waiting: the switch to it was lost, and
-    # the time it ran since is counted as waiting (docs/tracing.md, "Switches lost").
-    spans.attrs["switch_ins_lost"] = (unseen, outs)
+    spans.attrs["switch_ins_lost"] = (unseen, outs, dated)
     return spans
+
+
+def date_lost_run(rows: list[tuple], tid: int, out_ns: float, ran_ns: float) -> bool:
+    """The thread ran `ran_ns` until `out_ns`, though its last span says it waited: the end of
+    that span becomes running. Whether there was such a span and CPU time to date it by."""
+    if ran_ns <= 0 or not rows or rows[-1][0] != tid:
+        return False
+    _, comm, waited, start, end = rows.pop()
+    began = max(start, out_ns - ran_ns)
+    if began > start:
+        rows.append((tid, comm, waited, start, began))
+    rows.append((tid, comm, "running", began, end))
+    return True
 
 
 def covered_ns(spans: np.ndarray, start: float, end: float) -> float:
@@ -264,10 +295,30 @@ def run_explanation(directory, meta: dict, deadline_ms: float | None) -> dict | 
 
 
 def lost_switch_ins(spans: pd.DataFrame) -> str:
-    """The text "n of m": of m switches away from the threads, n whose switch to the thread
-    the trace lacks (the thread ran meanwhile, counted as waiting)."""
-    lost, outs = spans.attrs.get("switch_ins_lost", (0, 0))
-    return f"{lost} of {outs}"
+    """The text "n of m (k dated ...)": of m switches away from the threads, n whose switch to
+    the thread the trace lacks, k of them dated by the CPU time charged (intervals)."""
+    lost, outs, dated = switch_ins_lost(spans.attrs)
+    return f"{lost} of {outs} ({dated} dated by their CPU time)"
+
+
+def switch_ins_lost(attrs: dict) -> tuple[int, int, int]:
+    """(lost, switches away, dated by their CPU time) as intervals found them."""
+    lost, outs, *dated = attrs.get("switch_ins_lost", (0, 0, 0))
+    return lost, outs, (dated[0] if dated else 0)
+
+
+def undated_warning(attrs: dict, name: str) -> str | None:
+    """What a trace whose lost switches to a thread could not all be dated means for the CPU
+    demands read from it; None when nothing is missing."""
+    lost, outs, dated = switch_ins_lost(attrs)
+    if lost == dated:
+        return None
+    return (
+        f"The trace of {name} lacks the switch to a job thread before {lost - dated} of its "
+        f'{outs} switches away with no CPU time to date it by (docs/tracing.md, "Switches '
+        'lost"): the time the thread ran since each is counted as waiting, so its CPU demands, '
+        "and the delays simulated from them, are low."
+    )
 
 
 def explanation_row(

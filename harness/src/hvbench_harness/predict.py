@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 from hvbench_agent.sched import BACKEND_OF_TARGET, Refused, validate
-from hvbench_analysis import demand, prediction
+from hvbench_analysis import demand, prediction, sched_trace
 
 
 def reservation(setting, vcpus: int = 1, beside: tuple = (), cpus: int = 1) -> dict:
@@ -164,11 +164,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{demand.autocorrelation(table['cpu_ns']):.2f}; the JVM's other work "
           f"{background:.1%} of a CPU); predicted, in ms:")  # fmt: skip
     print(pd.DataFrame(rows).to_string(index=False))
-    lost, outs = table.attrs.get("switch_ins_lost", (0, 0))
-    if lost:
-        print(f"warning: the trace lacks the switch to a job thread before {lost} of its {outs} "
-              "switches away: the CPU time run since each is counted as waiting, so the "
-              "demands are low (docs/tracing.md, \"Switches lost\")", file=sys.stderr)  # fmt: skip
+    if warning := sched_trace.undated_warning(table.attrs, run.name):
+        print(f"warning: {warning}", file=sys.stderr)
     if args.out:
         records.to_csv(args.out, index=False)
     return 0

@@ -6,8 +6,10 @@ tracer (ftrace events through tracefs).
     text, summary = trace.result            # the raw event lines, and what was recorded
 
 The trace lives in an instance of its own (/sys/kernel/tracing/instances/<name>), so it leaves
-other users of the tracer alone, and records only sched_switch and sched_wakeup of the given
-threads (in-kernel filters). Its ring buffer is bounded (`buffer_kb` per CPU) and does not
+other users of the tracer alone, and records only sched_switch, sched_wakeup and
+sched_stat_runtime (the CPU time the scheduler charges, in the thread's own context: it dates
+a run whose switch to the thread a kernel lost, docs/tracing.md) of the given threads
+(in-kernel filters). Its ring buffer is bounded (`buffer_kb` per CPU) and does not
 overwrite: when it fills, later events are dropped and counted (`summary["dropped"]`), never
 silently lost. Timestamps are the TSC itself (trace clock x86-tsc) where the kernel offers it,
 so they convert with the run's TSC calibration exactly as the records' stamps do; else
@@ -27,7 +29,7 @@ from .sched.base import Refused
 from .sched.sysfs import write_file
 
 TRACEFS = Path("/sys/kernel/tracing")
-EVENTS = ("sched/sched_switch", "sched/sched_wakeup")
+EVENTS = ("sched/sched_switch", "sched/sched_wakeup", "sched/sched_stat_runtime")
 # a KVM vCPU thread entering and leaving its guest: many thousands a second under load, so they
 # go to an instance of their own, whose filling up never costs a scheduler event
 KVM_EVENTS = ("kvm/kvm_entry", "kvm/kvm_exit")
@@ -55,13 +57,15 @@ def pick_clock(offered: str) -> str:
 
 
 def filters(tids: list[int], events: tuple[str, ...] = EVENTS) -> dict[str, str]:
-    """In-kernel filters: only the switches and wake-ups of these threads (and the KVM
-    events they raise)."""
+    """In-kernel filters: only the switches, wake-ups and CPU time of these threads (and the
+    KVM events they raise)."""
     switch = " || ".join(f"prev_pid == {t} || next_pid == {t}" for t in tids)
     own = " || ".join(f"common_pid == {t}" for t in tids)
+    pid = " || ".join(f"pid == {t}" for t in tids)
     chosen = {
         "sched/sched_switch": switch,
-        "sched/sched_wakeup": " || ".join(f"pid == {t}" for t in tids),
+        "sched/sched_wakeup": pid,
+        "sched/sched_stat_runtime": pid,
     }
     return {event: chosen.get(event, own) for event in events}
 

@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from hvbench_analysis import bounds, figures, tables
+from hvbench_analysis import bounds, figures, sched_trace, tables
 from hvbench_analysis.labels import config_label
 from hvbench_analysis.load import Runs, by_run
 from hvbench_analysis.prediction import Reference, all_references, unreserved, workload
@@ -150,19 +150,14 @@ def simulated_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: Ou
 
 
 def lost_switches(found_refs: dict[tuple, list[Reference]]) -> list[str]:
-    """A line for each reference whose trace lacks switches to the job's threads."""
-    lines = []
-    for refs in found_refs.values():
-        for ref in refs:
-            lost, outs = ref.table.attrs.get("switch_ins_lost", (0, 0))
-            if lost:
-                lines.append(
-                    f"The trace of {ref.run_id} lacks the switch to a job thread before {lost} of "
-                    f'its {outs} switches away (docs/tracing.md, "Switches lost"): the time the '
-                    "thread ran since each is counted as waiting, so its CPU demands, and the "
-                    "delays simulated from them, are low."
-                )
-    return lines
+    """A line for each reference whose trace lacks switches to the job's threads that it
+    could not date."""
+    warnings = (
+        sched_trace.undated_warning(ref.table.attrs, ref.run_id)
+        for refs in found_refs.values()
+        for ref in refs
+    )
+    return [text for text in warnings if text]
 
 
 NOTE = (
