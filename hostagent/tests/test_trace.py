@@ -17,7 +17,7 @@ def test_the_tsc_is_the_trace_clock_where_the_kernel_offers_it():
 
 
 def test_the_filters_keep_only_the_given_threads():
-    got = trace.filters([7, 9])
+    got = trace.filters([7, 9], trace.JOB_EVENTS)
     assert got["sched/sched_switch"] == (
         "prev_pid == 7 || next_pid == 7 || prev_pid == 9 || next_pid == 9"
     )
@@ -46,7 +46,9 @@ def test_a_thread_is_traced_and_the_instance_goes_afterwards():
     thread, go = sleeper(300, started, tid)
     thread.start()
     started.wait(5)
-    with trace.SchedTrace("hvbench-test-trace", {tid[0]: "hvbench-sleeper"}, 512) as traced:
+    with trace.SchedTrace(
+        "hvbench-test-trace", {tid[0]: "hvbench-sleeper"}, 512, events=trace.JOB_EVENTS
+    ) as traced:
         go.set()
         instance = trace.tracefs() / "instances" / "hvbench-test-trace"
         assert instance.is_dir()

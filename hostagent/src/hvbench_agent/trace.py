@@ -6,17 +6,16 @@ tracer (ftrace events through tracefs).
     text, summary = trace.result            # the raw event lines, and what was recorded
 
 The trace lives in an instance of its own (/sys/kernel/tracing/instances/<name>), so it leaves
-other users of the tracer alone, and records only sched_switch, sched_wakeup and
-sched_stat_runtime (the CPU time the scheduler charges, in the thread's own context: it dates
-a run whose switch to the thread a kernel lost, docs/tracing.md) of the given threads
-(in-kernel filters). Its ring buffer is bounded (`buffer_kb` per CPU) and does not
-overwrite: when it fills, later events are dropped and counted (`summary["dropped"]`), never
-silently lost. Timestamps are the TSC itself (trace clock x86-tsc) where the kernel offers it,
-so they convert with the run's TSC calibration exactly as the records' stamps do; else
-CLOCK_MONOTONIC_RAW (mono_raw), the timeline that calibration starts on. docs/tracing.md says
-how the report reads them. trace-cmd drives the same tracer, but needs to switch the function
-tracer on (/proc/sys/kernel/ftrace_enabled), which some kernels and sandboxes refuse; events
-alone need only tracefs.
+other users of the tracer alone, and records only sched_switch and sched_wakeup of the given
+threads (in-kernel filters); with JOB_EVENTS, sched_stat_runtime too (the CPU time the
+scheduler charges, written in the thread's own context). Its ring buffer is bounded
+(`buffer_kb` per CPU) and does not overwrite: when it fills, later events are dropped and
+counted (`summary["dropped"]`), never silently lost. Timestamps are the TSC itself (trace clock
+x86-tsc) where the kernel offers it, so they convert with the run's TSC calibration exactly as
+the records' stamps do; else CLOCK_MONOTONIC_RAW (mono_raw), the timeline that calibration
+starts on. docs/tracing.md says how the report reads them. trace-cmd drives the same tracer,
+but needs to switch the function tracer on (/proc/sys/kernel/ftrace_enabled), which some
+kernels and sandboxes refuse; events alone need only tracefs.
 """
 
 from __future__ import annotations
@@ -29,7 +28,12 @@ from .sched.base import Refused
 from .sched.sysfs import write_file
 
 TRACEFS = Path("/sys/kernel/tracing")
-EVENTS = ("sched/sched_switch", "sched/sched_wakeup", "sched/sched_stat_runtime")
+EVENTS = ("sched/sched_switch", "sched/sched_wakeup")
+# and the CPU time the scheduler charges a thread, for the bare target's job threads: it dates
+# a run whose switch to the thread this development machine's kernel lost (docs/tracing.md).
+# Not in a testbed host's trace: its kernels keep every switch, and each tracepoint enabled
+# there is one more code rewrite under emulation (docs/testing.md)
+JOB_EVENTS = (*EVENTS, "sched/sched_stat_runtime")
 # a KVM vCPU thread entering and leaving its guest: many thousands a second under load, so they
 # go to an instance of their own, whose filling up never costs a scheduler event
 KVM_EVENTS = ("kvm/kvm_entry", "kvm/kvm_exit")

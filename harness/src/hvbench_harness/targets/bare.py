@@ -15,7 +15,7 @@ from hvbench_agent import neighbours, noise, tuning
 from hvbench_agent.sched import Setting
 from hvbench_agent.sched.deadline import threads_of
 from hvbench_agent.sched.linux import LinuxScheduler
-from hvbench_agent.trace import SchedTrace
+from hvbench_agent.trace import JOB_EVENTS, SchedTrace
 from hvbench_analysis.results import BASELINE
 from hvbench_load.broker import HUNG, KafkaBroker, KafkaCluster
 
@@ -202,7 +202,7 @@ class BareTarget:
             for pid in self.jvm_pids
             for tid, name in threads_of(pid, list(JOB_THREAD_PATTERNS))
         }
-        self.trace = SchedTrace(f"hvbench-{Path(self.paths.work).name}", threads)
+        self.trace = SchedTrace(f"hvbench-{Path(self.paths.work).name}", threads, events=JOB_EVENTS)
         self.trace.start()
         parts.on_teardown(self.trace.stop)
         log(f"tracing {len(threads)} threads of the job ({self.trace.clock} clock)")
