@@ -60,3 +60,34 @@ def test_a_table_without_threads_columns_is_one_thread_under_sched_deadline():
     found = [{"budget_us": 10_000, "period_us": 100_000}]
     late = prediction.predicted(one_record(15), "bare", "deadline", found)
     assert late["latency_ns"].tolist() == [(20 + 90) * MS]
+
+
+def two_records(cpu_ms: int) -> pd.DataFrame:
+    """Two records 1 ms apart: the second arrives while the first is served."""
+    return pd.DataFrame(
+        {"detector": ["a", "a"], "seq": [0, 1], "sent_ns": [0, MS],
+         "received_ns": [(cpu_ms + 5) * MS, (2 * cpu_ms + 5) * MS],
+         "latency_ns": [(cpu_ms + 5) * MS, (2 * cpu_ms + 4) * MS], "from_ns": [0, MS],
+         "cpu_ns": [cpu_ms * MS, cpu_ms * MS]}
+    )  # fmt: skip
+
+
+def test_a_record_behind_another_needs_the_queued_share_of_its_demand():
+    """10 ms per 100 ms, 15 ms a record: the first runs 0–10 and 100–105; the second, behind
+    it, needs 15 ms (105–110 and 200–210) or a fifth of that (105–108). Without a reservation
+    it is done at 30 ms, or at 18 ms with the queued share."""
+    found = [{"budget_us": 10_000, "period_us": 100_000}]
+    table = two_records(15)
+    alone = prediction.predicted(table, "bare", "deadline", found)["latency_ns"]
+    shared = prediction.predicted(table, "bare", "deadline", found, queued_share=0.2)
+    assert alone.tolist() == [(20 + 90) * MS, (34 + 180) * MS]
+    assert shared["latency_ns"].tolist() == [(20 + 90) * MS, (34 + 90) * MS]
+
+
+def test_the_queued_share_is_measured_in_held_back_runs_with_enough_queued_records():
+    reference = pd.DataFrame({"cpu_ns": [2 * MS] * 10})
+    held = pd.DataFrame({"sent_ns": range(200), "from_ns": [s + (s % 2) for s in range(200)],
+                         "cpu_ns": [MS // 2 if s % 2 else 3 * MS for s in range(200)]})  # fmt: skip
+    assert prediction.held_back_share([held], reference) == pytest.approx(0.25)  # 0.5 of 2
+    assert prediction.held_back_share([held.iloc[:150]], reference) is None  # 75 queued
+    assert prediction.held_back_share([], reference) is None

@@ -23,6 +23,20 @@ def test_without_a_reservation_records_queue_one_after_another():
     assert done.tolist() == us([3, 6, 11]).tolist()
 
 
+def test_a_record_that_arrives_while_an_earlier_one_is_served_needs_its_queued_demand():
+    """5 each alone, 1 each behind another (one wake-up for both). Without a reservation the
+    second arrives at 1 while the first runs until 5; under 3 per 10, periodic or
+    SCHED_DEADLINE, the first runs 0–3 and 10–12, the second 12–13, the third 30–33 and 40–42."""
+    arrivals, demands, queued = us([0, 1, 30]), us([5, 5, 5]), us([1, 1, 1])
+    assert simulate.unconstrained(arrivals, demands, queued).tolist() == us([5, 6, 35]).tolist()
+    for serve in (simulate.periodic, simulate.cbs):
+        done = serve(arrivals, demands, 3 * US, 10 * US, queued=queued)
+        assert done.tolist() == us([12, 13, 42]).tolist(), serve.__name__
+        assert serve(arrivals, demands, 3 * US, 10 * US, queued=demands).tolist() == (
+            serve(arrivals, demands, 3 * US, 10 * US).tolist()
+        )
+
+
 def test_a_periodic_server_waits_for_the_next_periods_budget():
     # 3 per 10: the first record runs 0–3, waits for 10, runs 10–12; the second queues behind
     done = simulate.periodic(us([0, 1]), us([5, 1]), budget=3 * US, period=10 * US)

@@ -87,6 +87,30 @@ def test_a_reference_whose_trace_lost_switches_is_named_with_how_many(section, t
     assert "with no CPU time to date it by" in html
 
 
+def test_a_traced_held_back_run_gives_what_a_queued_record_needs_and_is_not_held_out(tmp_path):
+    """Held back, each record waits 40 ms behind the one before and the thread runs 0.25 ms
+    for it: a quarter of the reference's 1 ms."""
+    results = tmp_path / "results"
+    add_cpu_trace(write_run(results / "reference", np.full(120, 3 * MS)), MS)
+    held = write_run(results / "held", np.full(120, 40 * MS), sched="deadline", budget=3_000,
+                     period=100_000)  # fmt: skip
+    add_cpu_trace(held, MS // 4)
+    write_run(results / "other", np.full(120, 3 * MS), sched="deadline", budget=20_000,
+              period=100_000)  # fmt: skip
+    refs = prediction.all_references(load_runs(run_dirs(results)).runs)
+    (ref,) = next(iter(refs.values()))
+    assert ref.queued_share == pytest.approx(0.25, rel=0.02) and ref.queued_from == ("held",)
+    out = tmp_path / "report"
+    page = Page("test")
+    dirs = OutDirs(out / "figures", out / "tables", out / "hdr")
+    simulated_section(page, load_runs(run_dirs(results)), argparse.Namespace(xlim_ms=None), dirs)
+    assert "needs 25% of its demand, as in the traced runs with a reservation (held;" in (
+        page.render()
+    )
+    held_out = pd.read_csv(out / "tables" / "simulated_errors.csv")["Configuration"].tolist()
+    assert held_out == ["bare/deadline P100000 B20000"]  # not the run the share came from
+
+
 def test_without_a_traced_reference_there_is_no_section(tmp_path):
     write_run(tmp_path / "results" / "r", np.full(20, 3 * MS), sched="deadline", budget=5000)
     page = Page("test")

@@ -23,6 +23,36 @@ def test_a_silent_boot_is_reset_after_the_stall():
     assert watch.observe(b"", 180)
 
 
+OOPS = (
+    b"[    1.633167] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n"
+    b"[    1.633625] RIP: 0010:hrtimer_start_range_ns+0x1c6/0x430\n"
+)
+PANIC = b"[    1.635483] Kernel panic - not syncing: Fatal exception in interrupt\n"
+
+
+def test_a_boot_that_dies_on_a_stale_code_rewrite_is_reset_and_its_panic_not_counted():
+    watch = BootWatch(stall=90, resets=1)
+    assert not watch.observe(b"[    0.0] Linux version 6.12.118+deb13-amd64\n", 0)
+    assert watch.observe(OOPS, 2) and watch.why == "died on a stale code rewrite"
+    assert not watch.observe(PANIC, 4)  # the dead boot's last words
+    assert not watch.observe(b"SeaBIOS\n[    0.0] Linux version 6.12.118+deb13-amd64\n", 6)
+    assert watch.failure is None
+    watch.observe(b"hvbench-host login: ", 50)
+    assert not watch.observe(b"", 4000) and watch.failure is None
+
+
+def test_a_stale_code_rewrite_with_no_reset_left_is_the_boots_failure():
+    watch = BootWatch(stall=90, resets=0)
+    assert not watch.observe(OOPS + PANIC, 2)
+    assert "Kernel panic" in watch.failure
+
+
+def test_an_int3_after_the_boot_is_no_boots_death():
+    watch = BootWatch(stall=90, resets=3)
+    watch.observe(b"hvbench-host login: ", 40)
+    assert not watch.observe(OOPS, 500)
+
+
 def test_nothing_at_all_on_the_console_is_a_stall_too():
     watch = BootWatch(stall=90)
     assert not watch.observe(b"", 0)

@@ -34,7 +34,7 @@ of each (target, scheduler):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -75,8 +75,8 @@ def server(sched: str, reservation: dict) -> Server:
             return simulate.unconstrained
         b, p = round(budget * US), round(period * US)
         if sched == "deadline":
-            return lambda a, c: simulate.cbs(a, c, b, p)
-        return lambda a, c: simulate.periodic(a, c, b, p)
+            return lambda a, c, q=None: simulate.cbs(a, c, b, p, queued=q)
+        return lambda a, c, q=None: simulate.periodic(a, c, b, p, queued=q)
     if sched not in ("credit", "credit2"):
         raise NotModelled(f"SCHED={sched} has no model in the simulator")
     if not cap:
@@ -180,9 +180,16 @@ def less_background(reservations: list[dict], background: float) -> list[dict]:
 
 
 def added_delay(
-    table: pd.DataFrame, target: str, sched: str, reservations: list[dict], background=0.0
+    table: pd.DataFrame,
+    target: str,
+    sched: str,
+    reservations: list[dict],
+    background=0.0,
+    queued_share: float | None = None,
 ) -> np.ndarray:
-    """Per record, what the setting's servers add over no reservation (ns)."""
+    """Per record, what the setting's servers add over no reservation (ns). queued_share: a
+    record that arrives while the job still works on an earlier one needs that share of its
+    demand (bare; held_back_share), else all of it."""
     if sched not in MODELLED.get(target, ()):
         raise NotModelled(f"SCHED={sched} on {target} has no model in the simulator")
     if not reservations:
@@ -199,16 +206,27 @@ def added_delay(
     for i, column in enumerate(columns):
         serve = server(sched, reservations[0 if same else i])
         demands = table[column].to_numpy(np.int64)
-        delay += serve(arrivals, demands) - simulate.unconstrained(arrivals, demands)
+        if queued_share is None or target != "bare":
+            delay += serve(arrivals, demands) - simulate.unconstrained(arrivals, demands)
+            continue
+        queued = np.round(demands * queued_share).astype(np.int64)
+        delay += serve(arrivals, demands, queued) - simulate.unconstrained(
+            arrivals, demands, queued
+        )
     return delay
 
 
 def predicted(
-    table: pd.DataFrame, target: str, sched: str, reservations: list[dict], background=0.0
+    table: pd.DataFrame,
+    target: str,
+    sched: str,
+    reservations: list[dict],
+    background=0.0,
+    queued_share: float | None = None,
 ) -> pd.DataFrame:
     """The reference's records with their predicted latencies, in a run's samples' form."""
     out = table[["detector", "seq", "sent_ns"]].copy()
-    late = added_delay(table, target, sched, reservations, background)
+    late = added_delay(table, target, sched, reservations, background, queued_share)
     out["latency_ns"] = table["latency_ns"].to_numpy(np.int64) + late
     out["received_ns"] = out["sent_ns"] + out["latency_ns"]
     return out
@@ -240,10 +258,12 @@ class Reference:
     run_id: str
     table: pd.DataFrame
     background: float
+    queued_share: float | None = None  # held_back_share, where the workload has one
+    queued_from: tuple[str, ...] = ()  # the held-back runs it was measured in
 
     def predicted(self, table: pd.DataFrame, tags: dict, found: list[dict]) -> np.ndarray:
         target, sched = str(tags["target"]), str(tags["sched"])
-        late = predicted(table, target, sched, found, self.background)
+        late = predicted(table, target, sched, found, self.background, self.queued_share)
         return late["latency_ns"].to_numpy()
 
 
@@ -266,17 +286,47 @@ def all_references(runs: pd.DataFrame) -> dict[tuple, list[Reference]]:
     """The traced runs without a reservation (unreserved), by workload, the one with the most
     records first (repetitions of a reference say how far a second one would differ)."""
     found: dict[tuple, list[Reference]] = {}
-    chosen = [unreserved(row) for row in runs.to_dict("records")]
-    for row in runs[chosen].itertuples():
+    held_back: dict[tuple, dict[str, pd.DataFrame]] = {}
+    for row in runs.itertuples():
         meta = results.read_meta(Path(row.path))
         table = demand.run_demands(row.path, meta)
         if table is None or table.empty:
             continue
+        key = workload(row._asdict())
+        if not unreserved(row._asdict()):  # traced under a reservation: what queued records need
+            held_back.setdefault(key, {})[row.run_id] = table
+            continue
         background = demand.background_share(table, meta) or 0.0
-        found.setdefault(workload(row._asdict()), []).append(
-            Reference(row.run_id, table, background)
-        )
-    return {key: sorted(refs, key=lambda r: -len(r.table)) for key, refs in found.items()}
+        found.setdefault(key, []).append(Reference(row.run_id, table, background))
+    return {key: with_queued_share(refs, held_back.get(key, {})) for key, refs in found.items()}
+
+
+def with_queued_share(refs: list[Reference], held_back: dict[str, pd.DataFrame]):
+    """The references, the one with the most records first, each with the share of its demand
+    a queued record needs (held_back_share) where the held-back runs measure one."""
+    refs = sorted(refs, key=lambda r: -len(r.table))
+    shares = [held_back_share(list(held_back.values()), r.table) for r in refs]
+    return [
+        replace(r, queued_share=share, queued_from=tuple(sorted(held_back)))
+        if share is not None
+        else r
+        for r, share in zip(refs, shares, strict=True)
+    ]
+
+
+MIN_QUEUED = 100  # records behind another in the held-back runs, to measure what they need
+
+
+def held_back_share(held_back: list[pd.DataFrame], reference: pd.DataFrame) -> float | None:
+    """What a record that arrives while the job still works on an earlier one needs, as a
+    share of a record's demand in the reference: the mean CPU time of such records in the
+    traced runs with a reservation (demand tables) over the reference's mean; None with fewer
+    than MIN_QUEUED of them. Records handled back to back share one wake-up of the threads."""
+    queued = [t.loc[t["from_ns"] > t["sent_ns"], "cpu_ns"] for t in held_back]
+    cpu = pd.concat(queued) if queued else pd.Series(dtype=float)
+    if len(cpu) < MIN_QUEUED or not reference["cpu_ns"].mean():
+        return None
+    return float(cpu.mean() / reference["cpu_ns"].mean())
 
 
 def references(runs: pd.DataFrame) -> dict[tuple, Reference]:

@@ -2,7 +2,10 @@
 when it arrived and the CPU time it needs.
 
 Record i arrives at `arrivals[i]` and needs `demands[i]` of CPU time from the thread (or vCPU)
-that serves the records one after another, in arrival order; both in integer nanoseconds. A
+that serves the records one after another, in arrival order; both in integer nanoseconds.
+`unconstrained`, `periodic` and `cbs` take `queued` too: what a record needs instead when it
+arrives while the thread still works on an earlier one (records handled back to back share
+one wake-up of the job's threads: docs/simulate.md, "Below the knee"); by default its demand. A
 server decides when that thread gets the CPU; each function returns the times the records are
 done, so that done − arrival is the time the reservation added to the CPU time, queueing
 behind earlier records included. Here the server is alone on its CPU: nothing else competes
@@ -38,29 +41,38 @@ def check_inputs(arrivals, demands) -> tuple[list[int], list[int]]:
     return a.tolist(), c.tolist()
 
 
+def queued_or_not(arrivals, demands, queued) -> tuple[list[int], list[tuple[int, int]]]:
+    """The arrivals, and per record (its demand alone, its demand queued)."""
+    a, c = check_inputs(arrivals, demands)
+    q = c if queued is None else check_inputs(arrivals, queued)[1]
+    return a, list(zip(c, q, strict=True))
+
+
 def check_reservation(budget: int, period: int) -> None:
     if not 0 < budget <= period:
         raise ValueError(f"a budget from 1 ns to the period (got {budget} of {period} ns)")
 
 
-def unconstrained(arrivals, demands) -> np.ndarray:
+def unconstrained(arrivals, demands, queued=None) -> np.ndarray:
     """Done times with the CPU always there: each record after the previous one, FIFO."""
-    a, c = check_inputs(arrivals, demands)
+    a, c = queued_or_not(arrivals, demands, queued)
     done, t = [], None
-    for arrival, demand in zip(a, c, strict=True):
-        t = (arrival if t is None or arrival > t else t) + demand
+    for arrival, (alone, behind) in zip(a, c, strict=True):
+        t = arrival + alone if t is None or arrival >= t else t + behind
         done.append(t)
     return np.array(done, dtype=np.int64)
 
 
-def periodic(arrivals, demands, budget: int, period: int, phase: int = 0) -> np.ndarray:
+def periodic(
+    arrivals, demands, budget: int, period: int, phase: int = 0, queued=None
+) -> np.ndarray:
     """Done times under a periodic server: `budget` ns in each period [phase + kP, phase +
     (k+1)P), used at once while there is work."""
     check_reservation(budget, period)
-    a, c = check_inputs(arrivals, demands)
+    a, c = queued_or_not(arrivals, demands, queued)
     done, t, start, left = [], None, None, 0
-    for arrival, demand in zip(a, c, strict=True):
-        t = arrival if t is None or arrival > t else t
+    for arrival, (alone, behind) in zip(a, c, strict=True):
+        t, demand = (arrival, alone) if t is None or arrival >= t else (t, behind)
         while True:
             begin = phase + (t - phase) // period * period  # the period t lies in
             if begin != start:
@@ -74,7 +86,7 @@ def periodic(arrivals, demands, budget: int, period: int, phase: int = 0) -> np.
     return np.array(done, dtype=np.int64)
 
 
-def cbs(arrivals, demands, runtime: int, period: int) -> np.ndarray:
+def cbs(arrivals, demands, runtime: int, period: int, queued=None) -> np.ndarray:
     """Done times under SCHED_DEADLINE (deadline = period), as kernel/sched/deadline.c does
     it: a thread that wakes at t with runtime q left and deadline d keeps them only if d ≥ t
     and q / (d − t) ≤ runtime / period (update_dl_entity), else it gets a full runtime and the
@@ -82,11 +94,12 @@ def cbs(arrivals, demands, runtime: int, period: int) -> np.ndarray:
     on with a full runtime and the deadline d + period, or t + period if that is past
     (replenish_dl_entity)."""
     check_reservation(runtime, period)
-    a, c = check_inputs(arrivals, demands)
+    a, c = queued_or_not(arrivals, demands, queued)
     done, t, deadline, left = [], None, None, 0
-    for arrival, demand in zip(a, c, strict=True):
+    for arrival, (alone, behind) in zip(a, c, strict=True):
+        demand = behind
         if t is None or t <= arrival:  # the thread was asleep: it wakes now
-            t = arrival
+            t, demand = arrival, alone
             if deadline is None or deadline < t or left * period > (deadline - t) * runtime:
                 deadline, left = t + period, runtime
         while True:

@@ -133,7 +133,8 @@ def simulated_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: Ou
             continue
         rows.append(row)
         drawn.append((tags, group, simulated))
-        errs.append(errors(tags, group, simulated))
+        if not set(group["run_id"].unique()) & set(refs[0].queued_from):  # held out
+            errs.append(errors(tags, group, simulated))
     if not rows and not skipped:
         return
     page.h(2, "Measured beside the scheduler model")
@@ -143,10 +144,23 @@ def simulated_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: Ou
         table_with_note(page, error_summary(errs), "simulated_validation", dirs, ERRORS_NOTE)
     for text in skipped:
         page.p(f"Not simulated: {text}.", "note")
-    for text in lost_switches(found_refs):
+    for text in [*queued_shares(found_refs), *lost_switches(found_refs)]:
         page.p(text, "note")
     for tags, group, simulated in drawn:
         overlay(page, tags, group, simulated, args, dirs)
+
+
+def queued_shares(found_refs: dict[tuple, list[Reference]]) -> list[str]:
+    """A line for each reference whose records behind another need less than their demand."""
+    return [
+        f"Replayed from {ref.run_id}, a record that arrives while the job still works on an "
+        f"earlier one needs {ref.queued_share:.0%} of its demand, as in the traced runs with a "
+        f'reservation ({", ".join(ref.queued_from)}; docs/simulate.md, "Below the knee"); '
+        "their configurations are not in the errors, which are the held-out runs'."
+        for refs in found_refs.values()
+        for ref in refs
+        if ref.queued_share is not None
+    ]
 
 
 def lost_switches(found_refs: dict[tuple, list[Reference]]) -> list[str]:
