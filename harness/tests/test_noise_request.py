@@ -186,15 +186,17 @@ def stress_ng_that_starts(start: str, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", f"{wrapper.parent}:{os.environ['PATH']}")
 
 
-def neighbour_on_this_machine(tmp_path, monkeypatch, start: str) -> neighbours.TestbedNoise:
+def neighbour_on_this_machine(
+    tmp_path, monkeypatch, start: str, ssh: tuple[str, ...] = ()
+) -> neighbours.TestbedNoise:
     """A testbed whose one neighbour is this machine (its commands run here, as they would over
-    SSH) and whose host's agent holds nothing and reads no domain."""
+    SSH, or through `ssh`) and whose host's agent holds nothing and reads no domain."""
     stress_ng_that_starts(start, tmp_path, monkeypatch)
     no_domains = ("sh", "-c", "echo '{\"domains\": []}'", "hvbench-agent")
     testbed = Testbed(
         host=Machine("host", agent_command=no_domains), messaging_vms=(), realtime_vms=(),
         messaging_addresses=(), realtime_addresses=(), realtime_domains=(), install_dir="",
-        work_dir="", neighbours=(("neighbour-0", Machine("neighbour-0")),),
+        work_dir="", neighbours=(("neighbour-0", Machine("neighbour-0", ssh=ssh)),),
     )  # fmt: skip
     return neighbours.TestbedNoise(testbed, neighbours_of("1:cpu"), tmp_path.name, longest_s=5)
 
@@ -213,6 +215,37 @@ def test_a_neighbours_load_that_starts_slowly_is_running_before_the_run_and_leav
     (metrics,) = load["metrics"]
     assert metrics["stressor"] == "cpu" and metrics["bogo-ops"] > 0, load
     assert not list(Path("/tmp").glob(f"hvbench-noise-{tmp_path.name}-*"))  # its files went
+
+
+# An ssh whose connection is lost once, while the stop's command runs on the far side: the
+# command goes on there (as a remote command does when its connection drops) and ssh says what
+# OpenSSH says when keepalives go unanswered, with exit 255. Other commands run here.
+LOSES_THE_STOP = """#!/bin/sh
+for command; do :; done
+case "$command" in *"kill -INT"*) if [ ! -e "$0.lost" ]; then
+  touch "$0.lost"; setsid sh -c "$command" >/dev/null 2>&1 </dev/null &
+  echo "Timeout, server 10.0.0.2 not responding." >&2; exit 255; fi;; esac
+exec sh -c "$command"
+"""
+
+
+def test_a_connection_lost_while_stopping_a_neighbours_load_is_recorded_and_the_load_ends(
+    tmp_path, monkeypatch
+):
+    """The stop is sent again over a new connection: the load ends, its metrics are read, and
+    the lost connection is in the record (before, its metrics were missing without a word)."""
+    ssh = tmp_path / "ssh"
+    ssh.write_text(LOSES_THE_STOP)
+    ssh.chmod(0o755)
+    noise = neighbour_on_this_machine(tmp_path, monkeypatch, "slow", ssh=(str(ssh), "neighbour"))
+    noise.start()
+    noise.stop()
+    (load,) = noise.record["loads"]
+    assert load["connections_lost"] == ["exit 255: Timeout, server 10.0.0.2 not responding."]
+    (metrics,) = load["metrics"]
+    assert metrics["stressor"] == "cpu" and metrics["bogo-ops"] > 0, load
+    assert [pid for pid in load["stressors"] if running(int(pid))] == []
+    assert not list(Path("/tmp").glob(f"hvbench-noise-{tmp_path.name}-*"))
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ from hvbench_harness.testbed import (
     TestbedHost,
     close_shared,
     inventory_target,
+    neighbour_ssh,
     shared_sockets,
     ssh_command,
 )
@@ -186,6 +187,8 @@ def test_ssh_commands_come_from_ansibles_connection_variables():
     assert "ServerAliveInterval=2" in cmd and "ServerAliveCountMax=4" in cmd
     slow = ssh_command({**guest, "ssh_args": "-o ServerAliveInterval=30"})
     assert slow.index("ServerAliveInterval=30") < slow.index("ServerAliveInterval=2")
+    # a neighbour is loaded on purpose and answers late: its connection bears 30 s
+    assert "ServerAliveCountMax=15" in neighbour_ssh(guest)
     host = {**guest, "name": "lab", "address": "lab", "user": "admin", "ssh_args": ""}
     testbed = Testbed.from_json(
         {

@@ -735,6 +735,7 @@ def assert_the_neighbour_ran_its_load(meta: dict) -> None:
     (load,) = noise["loads"]
     # its stressor ran before the run measured (one, on the neighbour's one vCPU) and reported
     assert list(load["stressors"].values()) == ["0"], load
+    assert len(load.get("metrics", [])) == 1, load  # else what was lost: its log or connection
     (metrics,) = load["metrics"]
     assert metrics["stressor"] == "cpu" and metrics["bogo-ops"] > 0, load
     guests = {g["name"]: g for g in meta["guests"]}

@@ -350,23 +350,45 @@ class TestbedNoise:
         log("noise stopped" + (": " + ", ".join(rates) if rates else ""))
 
     def stop_load(self, domain: str, pid: int) -> dict:
+        """Stop a neighbour's stress-ng and read what it wrote (its files go once read)."""
         machine, (yaml_out, log_out) = self.machines[domain], self.files(domain)
         script = (
             f"{STRESS_NG_SH} pid={pid}; kill -INT $pid 2>/dev/null; kill -CONT $pid 2>/dev/null; "
             f"i=0; while alive && [ $i -lt {round(STOP_GRACE_S / 0.1)} ]; do sleep 0.1; "
             "i=$((i+1)); done; "
-            f"alive && kill -KILL $pid; cat {yaml_out}; echo {SEPARATOR}; cat {log_out}; "
-            f"rm -f {yaml_out} {log_out}"
+            f"alive && kill -KILL $pid; cat {yaml_out}; echo {SEPARATOR}; cat {log_out}"
         )
         try:
-            out = machine.run(["sh", "-c", script], root=True, check=False).stdout
+            out, lost = send_stop(machine, script)
+            if out is not None:
+                machine.run(["rm", "-f", yaml_out, log_out], root=True, check=False)
         except TestbedError as e:
             return {"error": f"the load could not be stopped or read: {e}"}
+        if out is None:
+            return {"error": "the load could not be stopped or read: " + "; ".join(lost)}
         yaml_text, _, log_text = out.partition(SEPARATOR)
+        read = {"connections_lost": lost} if lost else {}
         metrics = neighbours.parse_metrics(yaml_text, log_text)
         if not metrics:  # stress-ng wrote none: keep what it said instead
-            return {"metrics": [], "log": log_text.strip()[-2000:] or "(stress-ng wrote nothing)"}
-        return {"metrics": metrics}
+            return {
+                "metrics": [],
+                "log": log_text.strip()[-2000:] or "(stress-ng wrote nothing)",
+            } | read
+        return {"metrics": metrics} | read
+
+
+def send_stop(machine, script: str) -> tuple[str | None, list[str]]:
+    """The stop script's output (None if it never came) and the connections lost on the way.
+    A lost connection (ssh's exit 255 with the output cut short: a loaded neighbour's sshd
+    answers late) gets the stop sent once more over a new one: the load must not outlive the
+    run, and the stop is idempotent (a SIGINT to an ended stress-ng does nothing)."""
+    lost = []
+    for _ in range(2):
+        proc = machine.run(["sh", "-c", script], root=True, check=False)
+        if SEPARATOR in proc.stdout:
+            return proc.stdout, lost
+        lost.append(f"exit {proc.returncode}: {proc.stderr.strip()[-500:] or '(no output)'}")
+    return None, lost
 
 
 SEPARATOR = "--- hvbench: the log follows ---"

@@ -186,19 +186,30 @@ class Machine:
 HERE = Machine("this machine")  # the harness's own machine: the bare target's parts run here
 
 
-def ssh_command(conn: dict) -> tuple[str, ...]:
+def ssh_command(conn: dict, keepalives: int = 4) -> tuple[str, ...]:
     """ssh's argument list for one inventory host (its Ansible connection variables). A
-    connection that stops answering ends within about 8 s (4 keepalives 2 s apart), so a run
-    notices a lost guest as fast as a part that died; the inventory's ssh_args come first
-    and win (ssh keeps the first value of an option)."""
+    connection that stops answering ends after `keepalives` unanswered keepalives 2 s apart
+    (8 s by default), so a run notices a lost guest as fast as a part that died; the
+    inventory's ssh_args come first and win (ssh keeps the first value of an option)."""
     args = ["ssh", *shlex.split(conn.get("ssh_args") or ""), "-o", "BatchMode=yes"]
-    args += ["-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=4"]
+    args += ["-o", "ServerAliveInterval=2", "-o", f"ServerAliveCountMax={keepalives}"]
     if conn.get("port"):
         args += ["-p", str(conn["port"])]
     if conn.get("key"):
         args += ["-i", conn["key"]]
     user = conn.get("user") or "root"
     return (*args, f"{user}@{conn['address']}")
+
+
+NEIGHBOUR_KEEPALIVES = 15  # 30 s: see neighbour_ssh
+
+
+def neighbour_ssh(conn: dict) -> tuple[str, ...]:
+    """ssh's argument list for a neighbour VM. A neighbour is loaded on purpose (stress-ng on
+    every vCPU) and its sshd answers keepalives late; nothing of the run waits on noticing a
+    lost neighbour (its stress-ng has a timeout of its own), so its connection bears 30 s of
+    silence instead of a guest's 8."""
+    return ssh_command(conn, keepalives=NEIGHBOUR_KEEPALIVES)
 
 
 @dataclass(frozen=True)
@@ -296,7 +307,7 @@ class Testbed:
             return tuple(machine(role, conn) for conn in doc[f"{role}_vms"])
 
         neighbours = tuple(
-            (conn["name"], Machine(name=f"neighbour ({conn['name']})", ssh=ssh_command(conn)))
+            (conn["name"], Machine(name=f"neighbour ({conn['name']})", ssh=neighbour_ssh(conn)))
             for conn in doc.get("neighbours", [])
         )
         hosts = tuple(
