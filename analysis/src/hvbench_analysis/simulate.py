@@ -5,9 +5,9 @@ Record i arrives at `arrivals[i]` and needs `demands[i]` of CPU time from the th
 that serves the records one after another, in arrival order; both in integer nanoseconds.
 `unconstrained`, `periodic` and `cbs` take `queued` too: what a record needs instead when it
 arrives while the thread still works on an earlier one (records handled back to back share
-one wake-up of the job's threads: docs/simulate.md, "Below the knee"); by default its demand. A
-server decides when that thread gets the CPU; each function returns the times the records are
-done, so that done − arrival is the time the reservation added to the CPU time, queueing
+one wake-up of the job's threads: docs/simulate.md, "Records behind another"); by default its
+demand. A server decides when that thread gets the CPU; each function returns the times the
+records are done, so that done − arrival is the time the reservation added to the CPU time, queueing
 behind earlier records included. Here the server is alone on its CPU: nothing else competes
 for the CPU, as for the bare target's job threads on a quiet machine, or a real-time VM's
 vCPU on its own pool. Sources of each model: docs/simulate.md.

@@ -155,7 +155,7 @@ def queued_shares(found_refs: dict[tuple, list[Reference]]) -> list[str]:
     return [
         f"Replayed from {ref.run_id}, a record that arrives while the job still works on an "
         f"earlier one needs {ref.queued_share:.0%} of its demand, as in the traced runs with a "
-        f'reservation ({", ".join(ref.queued_from)}; docs/simulate.md, "Below the knee"); '
+        f'reservation ({", ".join(ref.queued_from)}; docs/simulate.md, "Records behind another"); '
         "their configurations are not in the errors, which are the held-out runs'."
         for refs in found_refs.values()
         for ref in refs
