@@ -1,60 +1,105 @@
-"""Figures written by child processes: the same files as in-process, a failure named when the
-page asks for the figure, never more children than workers at a time, none left behind."""
+"""Figures written by worker processes: the same files as in-process, a failure named when the
+page asks for the figure, never more workers than asked for, none left behind."""
 
+import itertools
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hvbench_analysis import drawing, figures
+from hvbench_analysis.stats import percentile
+
+
+@pytest.fixture(autouse=True)
+def no_workers_left():
+    yield
+    drawing.finish()
 
 
 def a_figure():
     fig, ax = figures.axes()
     ax.plot([1, 2, 3], [3.0, 1.0, 2.0])
     ax.set_yscale("log")
+    figures.plain_log_axis(ax.yaxis)
     return fig
 
 
-def test_a_child_writes_the_same_files_as_the_report_itself(tmp_path, monkeypatch):
+def test_a_worker_writes_the_same_files_as_the_report_itself(tmp_path, monkeypatch):
     monkeypatch.setenv("HVBENCH_REPORT_WORKERS", "2")
-    forked = figures.save(a_figure(), tmp_path / "forked", "f")
-    assert forked.pid is not None  # written by a child
+    sent = figures.save(tmp_path / "worker", "f", a_figure)
+    assert sent.future is not None  # written by a worker
     monkeypatch.setenv("HVBENCH_REPORT_WORKERS", "1")
-    here = figures.save(a_figure(), tmp_path / "here", "f")
-    assert here.pid is None
-    assert forked.png() == here.png() == (tmp_path / "here" / "f.png").read_bytes()
+    here = figures.save(tmp_path / "here", "f", a_figure)
+    assert here.future is None
+    assert sent.png() == here.png() == (tmp_path / "here" / "f.png").read_bytes()
     for suffix in ("svg", "pdf"):
-        first, second = (tmp_path / d / f"f.{suffix}" for d in ("forked", "here"))
+        first, second = (tmp_path / d / f"f.{suffix}" for d in ("worker", "here"))
         assert first.read_bytes() == second.read_bytes(), suffix
 
 
-def test_a_figure_that_cannot_be_written_fails_when_the_page_asks_for_it(tmp_path, monkeypatch):
+def cannot_write(path: Path) -> None:
+    raise OSError(28, "No space left on device", str(path))
+
+
+def test_a_figure_that_cannot_be_written_fails_with_its_error_when_the_page_asks(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("HVBENCH_REPORT_WORKERS", "2")
-
-    def write() -> None:
-        raise OSError("No space left on device")
-
-    failed = drawing.start(write, "over_time_r1", tmp_path / "f.png")
-    with pytest.raises(RuntimeError, match="figure over_time_r1: the process writing it exited"):
+    failed = drawing.start(cannot_write, tmp_path / "f.png", name="over_time_r1",
+                           png_path=tmp_path / "f.png")  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"figure over_time_r1: .*No space left on device"):
         failed.png()
 
 
-def test_no_more_children_than_workers_and_none_left_behind(tmp_path, monkeypatch):
+def test_a_worker_that_dies_fails_its_figure_and_not_the_wait(tmp_path, monkeypatch):
     monkeypatch.setenv("HVBENCH_REPORT_WORKERS", "2")
-    running = []
+    died = drawing.start(os._exit, 9, name="density", png_path=tmp_path / "f.png")
+    with pytest.raises(RuntimeError, match="figure density: "):
+        died.png()
+    drawing.finish()  # returns: the pool is ended, not waited for forever
 
-    def write(path: Path) -> None:
-        path.write_bytes(b"png")
 
-    started = []
-    for i in range(6):
-        started.append(drawing.start(lambda i=i: write(tmp_path / f"{i}.png"), str(i),
-                                     tmp_path / f"{i}.png"))  # fmt: skip
-        running.append(len(drawing._running))
-    assert max(running) <= 2
+def write_and_say_who(path: Path) -> int:
+    path.write_bytes(b"png")
+    return os.getpid()
+
+
+def test_no_more_workers_than_asked_and_none_left_behind(tmp_path, monkeypatch):
+    monkeypatch.setenv("HVBENCH_REPORT_WORKERS", "2")
+    paths = [tmp_path / f"{i}.png" for i in range(12)]
+    started = [drawing.start(write_and_say_who, p, name=p.stem, png_path=p) for p in paths]
+    assert len(drawing._unfinished) <= drawing.WAITING_PER_WORKER * 2
+    assert [d.png() for d in started] == [b"png"] * 12
+    writers = {d.future.result() for d in started}
+    assert 1 <= len(writers) <= 2 and os.getpid() not in writers
     drawing.finish()
-    assert not drawing._running
-    assert [d.png() for d in started] == [b"png"] * 6
-    for child in started:  # each was waited for: no zombie is left
+    for pid in writers:  # each worker ended and was waited for: no zombie is left
         with pytest.raises(ChildProcessError):
-            os.waitpid(child.pid, os.WNOHANG)
+            os.waitpid(pid, os.WNOHANG)
+
+
+def test_the_per_bin_statistics_are_the_nearest_rank_ones_of_each_bin():
+    rng = np.random.default_rng(3)
+    t = np.sort(np.concatenate([rng.uniform(0, 10, 997), [10.0, 10.0, 10.0]]))
+    values = rng.lognormal(1.0, 1.0, len(t))
+    edges = np.array([0.0, 0.001, 2.5, 2.6, 7.0, 10.0 + 1e-9])  # a bin likely empty, ends at 10
+    mids, p50, p99, top = figures.per_bin(t, values, edges)
+    expected = []
+    for lo, hi in itertools.pairwise(edges):
+        chunk = values[(t >= lo) & (t < hi)]
+        if len(chunk):
+            expected.append(((lo + hi) / 2, percentile(chunk, 50), percentile(chunk, 99),
+                             chunk.max()))  # fmt: skip
+    assert np.allclose(mids, [e[0] for e in expected])
+    assert list(p50) == [e[1] for e in expected]
+    assert list(p99) == [e[2] for e in expected]
+    assert list(top) == [e[3] for e in expected]
+    assert sum((t >= lo) & (t < hi) for lo, hi in itertools.pairwise(edges)).all()  # each once
+
+
+def test_the_last_bin_keeps_the_last_sample_where_its_time_is_too_large_to_round():
+    t = 1e9 + np.arange(5.0)  # t[-1] + 1e-9 == t[-1]
+    edges = np.linspace(t[0], t[-1] + 1e-9, 3)
+    _, _, _, top = figures.per_bin(t, np.array([1.0, 2.0, 3.0, 4.0, 100.0]), edges)
+    assert top[-1] == 100.0

@@ -212,10 +212,10 @@ def test_the_density_of_equal_latencies_fits_its_grid():
 
 
 def test_the_same_figure_is_the_same_file_every_time(tmp_path):
+    t = np.arange(1000) / 60
+    latency = np.random.default_rng(2).lognormal(np.log(5e6), 0.5, len(t))
     for folder in ("a", "b"):
-        fig, ax = figures.axes()
-        ax.plot([1, 2, 3], [3.0, 1.0, 2.0])
-        figures.save(fig, tmp_path / folder, "f").png()
+        figures.save(tmp_path / folder, "f", figures.over_time, t, latency, t < 2, "r1").png()
     for suffix in ("png", "svg", "pdf"):
         first, second = (tmp_path / f / f"f.{suffix}" for f in ("a", "b"))
         assert first.read_bytes() == second.read_bytes(), suffix

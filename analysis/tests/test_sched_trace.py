@@ -216,3 +216,23 @@ def test_a_traced_run_with_no_slow_record_is_reported_without_one(tmp_path):
     args = ["--results", str(tmp_path), "--out", str(out), "--deadline-ms", "1000"]
     assert report.main(args) == 0
     assert "Tails explained by the scheduler trace" in (out / "index.html").read_text()
+
+
+def test_the_covered_time_is_that_of_the_union_walked_span_by_span():
+    rng = np.random.default_rng(5)
+    starts = rng.uniform(0, 1000, 300)
+    spans = np.column_stack([starts, starts + rng.exponential(3, 300)])
+    windows = np.sort(rng.uniform(-10, 1010, (200, 2)), axis=1)
+
+    def walked(start: float, end: float) -> float:  # span by span, in order of their starts
+        total, reach = 0.0, start
+        for a, b in spans[np.argsort(spans[:, 0])]:
+            a, b = max(a, reach), min(b, end)
+            if b > a:
+                total, reach = total + b - a, b
+        return total
+
+    got = sched_trace.covered_ns(spans, windows[:, 0], windows[:, 1])
+    assert got == pytest.approx([walked(s, e) for s, e in windows])
+    assert sched_trace.covered_ns(np.empty((0, 2)), [0.0], [5.0]).tolist() == [0.0]
+    assert sched_trace.covered_ns(spans, 2000.0, 3000.0) == 0.0  # after every span

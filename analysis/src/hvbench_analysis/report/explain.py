@@ -102,8 +102,8 @@ def worst_records(page: Page, explained: dict, dirs: OutDirs) -> None:
             f"{r.explained_pct:.0f} % runnable but not running"
         )
         name = safe_name(f"trace_{run_id}_{r.detector}_{r.seq}")
-        png = figures.save(figures.trace_timeline(record, explained["spans"], title),
-                           dirs.figures, name)  # fmt: skip
+        spans = figures.around(record, explained["spans"])  # not the whole trace, to the worker
+        png = figures.save(dirs.figures, name, figures.trace_timeline, record, spans, title)
         page.figure(png, f"Trace of a slow record, {run_id}", name)
 
 
@@ -133,9 +133,8 @@ def stage_section(
         "carry that clock's offset bound (meta.json clock.job); runs whose offset is not "
         "known have no legs.",
     )
-    png = figures.save(
-        figures.stage_bands(bands, "Mean stage times by latency band"), dirs.figures, "stage_bands"
-    )
+    title = "Mean stage times by latency band"
+    png = figures.save(dirs.figures, "stage_bands", figures.stage_bands, bands, title)
     page.figure(png, "Stage legs by latency band, per configuration", "stage_bands")
 
 

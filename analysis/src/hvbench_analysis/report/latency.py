@@ -115,9 +115,7 @@ def ecdf_section(
     configs = tables.by_config(measured)
     page.h(2, "ECDF")
     png = figures.save(
-        figures.ecdf(curves(configs), "All configurations", args.xlim_ms),
-        dirs.figures,
-        "ecdf_all",
+        dirs.figures, "ecdf_all", figures.ecdf, curves(configs), "All configurations", args.xlim_ms
     )
     page.figure(png, "ECDF of end-to-end latency, all configurations", "ecdf_all")
     exceedance_figure(page, configs, "All configurations", "exceedance_all", dirs.figures)
@@ -127,10 +125,9 @@ def ecdf_section(
     for (target, sched), members in families.items():
         if len(members) > 1 and len(families) > 1:
             name = safe_name(f"ecdf_{target}_{sched}")
+            title = f"{target} / {sched}"
             png = figures.save(
-                figures.ecdf(curves(members), f"{target} / {sched}", args.xlim_ms),
-                dirs.figures,
-                name,
+                dirs.figures, name, figures.ecdf, curves(members), title, args.xlim_ms
             )
             page.figure(png, f"ECDF, {target} / {sched}", name)
             name = safe_name(f"exceedance_{target}_{sched}")
@@ -145,7 +142,7 @@ def exceedance_figure(
     page: Page, groups: list[tuple[dict, pd.DataFrame]], title: str, name: str, figures_dir: Path
 ) -> None:
     """The fraction of records slower than x, log-log: the tail first, ending at the maximum."""
-    png = figures.save(figures.exceedance(curves(groups), title), figures_dir, name)
+    png = figures.save(figures_dir, name, figures.exceedance, curves(groups), title)
     page.figure(png, f"Fraction of records slower than x (1 − F), log-log: {title}", name)
 
 
@@ -154,21 +151,15 @@ def repetition_ecdf(
 ) -> None:
     per_rep = [(f"rep {run.tags['rep']} ({run.run_id})", run.latency_ns) for run in by_run(group)]
     name = safe_name(f"ecdf_reps_{config_label(tags)}")
-    png = figures.save(
-        figures.ecdf(per_rep, f"Repetitions of {config_label(tags)}", args.xlim_ms),
-        dirs.figures,
-        name,
-    )
+    title = f"Repetitions of {config_label(tags)}"
+    png = figures.save(dirs.figures, name, figures.ecdf, per_rep, title, args.xlim_ms)
     page.figure(png, f"ECDF per repetition, {config_label(tags)}", name)
 
 
 def density_section(page: Page, measured: pd.DataFrame, dirs: OutDirs) -> None:
     page.h(2, "Density per configuration")
-    png = figures.save(
-        figures.density(curves(tables.by_config(measured)), "Latency density"),
-        dirs.figures,
-        "density",
-    )
+    configs = curves(tables.by_config(measured))
+    png = figures.save(dirs.figures, "density", figures.density, configs, "Latency density")
     page.figure(png, "Density of log latency per configuration", "density")
 
 
@@ -195,20 +186,18 @@ def band_figures(
         "alone moves the curve. Configurations with one run have no band.",
         "note",
     )
+    title = "All configurations"
     png = figures.save(
-        figures.ecdf_bands(run_curves(configs), "All configurations", seed),
-        figures_dir,
-        "ecdf_bands_all",
+        figures_dir, "ecdf_bands_all", figures.ecdf_bands, run_curves(configs), title, seed
     )
     caption = "ECDF with 95 % intervals over runs of the mean quantile (shaded)"
     page.figure(png, f"{caption}, all configurations", "ecdf_bands_all")
     for (target, sched), members in families.items():
         if len(members) > 1 and len(families) > 1 and repeated(members):
             name = safe_name(f"ecdf_bands_{target}_{sched}")
+            title = f"{target} / {sched}"
             png = figures.save(
-                figures.ecdf_bands(run_curves(members), f"{target} / {sched}", seed),
-                figures_dir,
-                name,
+                figures_dir, name, figures.ecdf_bands, run_curves(members), title, seed
             )
             page.figure(png, f"{caption}, {target} / {sched}", name)
 

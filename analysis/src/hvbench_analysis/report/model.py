@@ -50,9 +50,11 @@ def model_section(page: Page, results: Path, dirs: OutDirs) -> None:
             "runs, and how many of those runs fell inside the predicted 90 % interval.",
         )
         png = figures.save(
-            figures.predicted_vs_measured(validation, model.STATISTICS),
             dirs.figures,
             "model_predicted_vs_measured",
+            figures.predicted_vs_measured,
+            validation,
+            model.STATISTICS,
         )
         page.figure(png, "Predicted vs measured, held-out configurations", "model_predicted")
     for path in sorted(folder.glob("advice-*.json")):

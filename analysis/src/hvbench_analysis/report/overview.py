@@ -129,14 +129,13 @@ def run_over_time(
     """One run's latency over time (figure) and its HdrHistogram interval log."""
     name = safe_name(f"over_time_{row.run_id}")
     png = figures.save(
-        figures.over_time(
-            samples["time_s"].to_numpy(),
-            samples["latency_ns"].to_numpy(),
-            samples["warmup"].to_numpy(),
-            f"{row.run_id}: latency over time",
-        ),
         dirs.figures,
         name,
+        figures.over_time,
+        samples["time_s"].to_numpy(),
+        samples["latency_ns"].to_numpy(),
+        samples["warmup"].to_numpy(),
+        f"{row.run_id}: latency over time",
     )
     page.figure(png, f"Latency over time, {row.run_id}", name)
     started_at = pd.Timestamp(row.started_at).timestamp() if row.started_at else 0.0

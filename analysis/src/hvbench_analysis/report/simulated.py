@@ -198,6 +198,6 @@ def overlay(page: Page, tags, group, simulated, args, dirs: OutDirs) -> None:
     label = config_label(tags)
     name = safe_name(f"simulated_{label}")
     curves = [("measured", group["latency_ns"].to_numpy()), ("simulated", simulated)]
-    png = figures.save(figures.ecdf(curves, f"{label}: measured and simulated", args.xlim_ms),
-                       dirs.figures, name)  # fmt: skip
+    title = f"{label}: measured and simulated"
+    png = figures.save(dirs.figures, name, figures.ecdf, curves, title, args.xlim_ms)
     page.figure(png, f"ECDF, measured beside simulated: {label}", name)
