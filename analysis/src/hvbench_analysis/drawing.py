@@ -61,12 +61,13 @@ def start(write: Callable[..., object], *args, name: str, png_path: Path) -> Dra
     if _pool is None:
         context = multiprocessing.get_context("fork")  # the workers inherit matplotlib's set-up
         _pool = ProcessPoolExecutor(workers(), mp_context=context)
+    # (pruned here, in the report's thread: a callback would change the set from another)
+    _unfinished.difference_update([f for f in _unfinished if f.done()])
     while len(_unfinished) >= WAITING_PER_WORKER * workers():
         done, _ = wait(_unfinished, return_when=FIRST_COMPLETED)
         _unfinished.difference_update(done)
     future = _pool.submit(write, *args)
     _unfinished.add(future)
-    future.add_done_callback(_unfinished.discard)
     return Drawing(name, png_path, future)
 
 
