@@ -15,6 +15,8 @@ the KS distance D is the effect size worth reading).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -47,6 +49,7 @@ def scipy_stats():
     return stats
 
 
+@functools.cache  # a report asks it for the same few n hundreds of times
 def expanded_alpha(n: int, level: float = LEVEL) -> float:
     """Tail probability to use on each side of a bootstrap distribution of a mean of n values."""
     sps = scipy_stats()
