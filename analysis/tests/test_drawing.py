@@ -103,3 +103,9 @@ def test_the_last_bin_keeps_the_last_sample_where_its_time_is_too_large_to_round
     edges = np.linspace(t[0], t[-1] + 1e-9, 3)
     _, _, _, top = figures.per_bin(t, np.array([1.0, 2.0, 3.0, 4.0, 100.0]), edges)
     assert top[-1] == 100.0
+
+
+def test_samples_outside_the_edges_are_left_out_of_every_bin():
+    t = np.arange(10.0)
+    _, p50, _, top = figures.per_bin(t, t * 10, np.array([2.0, 5.0, 7.0]))
+    assert list(top) == [40.0, 70.0] and list(p50) == [30.0, 60.0]  # 2–4 and 5–7

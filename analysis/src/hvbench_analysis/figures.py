@@ -262,12 +262,14 @@ def per_bin(t: np.ndarray, values: np.ndarray, edges: np.ndarray) -> tuple[np.nd
     p99 and maximum of its values, as stats.percentile gives them: each bin's values sorted
     once, all bins together."""
     index = np.searchsorted(t, edges)
-    index[-1] = len(t)  # the last sample too, where t[-1] + 1e-9 rounds to t[-1]
+    # the last bin holds its right edge (the last sample, where t[-1] + 1e-9 rounds to t[-1])
+    index[-1] = np.searchsorted(t, edges[-1], side="right")
     counts = np.diff(index)
     held = counts > 0
-    starts, counts = index[:-1][held], counts[held]
+    starts, counts = index[:-1][held] - index[0], counts[held]
+    inside = values[index[0] : index[-1]]
     bin_of = np.repeat(np.arange(len(counts)), counts)
-    ordered = values[np.lexsort((values, bin_of))]  # by bin, then by value
+    ordered = inside[np.lexsort((inside, bin_of))]  # by bin, then by value
 
     def rank(p: float) -> np.ndarray:
         return ordered[starts + np.clip(np.ceil(p / 100 * counts - 1e-9).astype(int), 1, None) - 1]
