@@ -219,3 +219,24 @@ def test_the_same_figure_is_the_same_file_every_time(tmp_path):
     for suffix in ("png", "svg", "pdf"):
         first, second = (tmp_path / f / f"f.{suffix}" for f in ("a", "b"))
         assert first.read_bytes() == second.read_bytes(), suffix
+
+
+def test_a_legend_of_many_curves_goes_below_the_axes_and_no_two_curves_look_alike():
+    rng = np.random.default_rng(4)
+    curves = [(f"bare/deadline B{i}000 @120/s", rng.lognormal(1.5, 0.4, 500) * 1e6)
+              for i in range(26)]  # fmt: skip
+    few = figures.ecdf(curves[:5], "few", 50)
+    assert few.axes[0].get_legend() is not None and not few.legends
+    assert tuple(few.get_size_inches()) == (figures.WIDTH, figures.HEIGHT)
+    many = figures.ecdf(curves, "many", 50)
+    (ax,) = many.axes
+    assert ax.get_legend() is None and len(many.legends) == 1  # beside the axes, not on them
+    assert len(many.legends[0].get_texts()) == 26
+    width, height = many.get_size_inches()
+    assert width == figures.WIDTH
+    assert height > figures.HEIGHT
+    axes_height = ax.get_position().height * height  # the axes keep their size in inches
+    assert axes_height == pytest.approx(few.axes[0].get_position().height * figures.HEIGHT)
+    styles = {(line.get_color(), line.get_linestyle()) for line in ax.get_lines()
+              if line.get_label().startswith("bare/")}  # fmt: skip
+    assert len(styles) == 26

@@ -15,7 +15,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.backends.backend_pdf
 import matplotlib.backends.backend_svg
 import numpy as np
-from matplotlib import ticker
+from matplotlib import cycler, ticker
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -52,6 +52,41 @@ def axes(height: float = HEIGHT) -> tuple[Figure, Axes]:
     return fig, ax
 
 
+COLOURS = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+LEGEND_INSIDE = 8  # a legend of more entries goes below the axes, in columns
+
+
+def curve_styles(ax: Axes, curves: int) -> None:
+    """More curves than colours (a campaign's configurations): each colour comes again with
+    another line style, so that no two of up to 40 curves look alike."""
+    if curves > len(COLOURS):
+        ax.set_prop_cycle(cycler(linestyle=["-", "--", ":", "-."]) * cycler(color=COLOURS))
+
+
+def legend(fig: Figure, ax: Axes, loc: str, handles: list | None = None) -> None:
+    """The legend inside the axes at loc; with more than LEGEND_INSIDE entries, below the axes
+    in columns, the figure made taller to hold it (inside, it hid the curves and ran off the
+    figure)."""
+    if handles is None:
+        handles, _ = ax.get_legend_handles_labels()
+    if len(handles) <= LEGEND_INSIDE:
+        ax.legend(handles=handles, loc=loc)
+        return
+    longest = max(len(h.get_label()) for h in handles)
+    width, height = fig.get_size_inches()
+    columns = max(1, min(3, int(width / (0.055 * longest + 0.55))))  # 7-point text, its handle
+    rows = -(-len(handles) // columns)
+    below = 0.35 + 0.15 * rows  # inches: the rows, and room for the x axis' label above them
+    params = fig.subplotpars
+    bottom, top, total = params.bottom, params.top, height + below
+    fig.set_size_inches(width, total)
+    # the axes keep their size in inches
+    fig.subplots_adjust(bottom=(bottom * height + below) / total,
+                        top=1 - (1 - top) * height / total)  # fmt: skip
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, (below - 0.1) / total),
+               ncols=columns, fontsize=7, frameon=False)  # fmt: skip
+
+
 def plain_number(value: float, _position=None) -> str:
     """A tick label as a plain number: 0.5, 20, 0.001 (a module-level function, so that a
     figure can be pickled to the process that writes it)."""
@@ -77,6 +112,7 @@ def ecdf(
     that runs past it ends in an arrow at the right edge labelled with its true maximum, so a
     cut tail is never hidden."""
     fig, ax = axes()
+    curve_styles(ax, len(curves))
     for label, values_ns in curves:
         x, f = ecdf_points(np.asarray(values_ns) / 1e6)
         if len(x) == 0:
@@ -94,7 +130,8 @@ def ecdf(
                 color=line.get_color(),
                 arrowprops={"arrowstyle": "->", "color": line.get_color()},
             )
-            ax.plot([xlim_ms], [below], marker=">", color=line.get_color(), clip_on=False)
+            ax.plot([xlim_ms], [below], marker=">", ls="none", color=line.get_color(),
+                    clip_on=False)  # fmt: skip
     if log:
         ax.set_xscale("log")
         plain_log_axis(ax.xaxis)
@@ -105,7 +142,7 @@ def ecdf(
     ax.set_xlabel("end-to-end latency (ms, log scale)" if log else "end-to-end latency (ms)")
     ax.set_ylabel("fraction of records ≤ x")
     ax.set_title(title)
-    ax.legend(loc="lower right")
+    legend(fig, ax, "lower right")
     return fig
 
 
@@ -127,6 +164,7 @@ def exceedance(curves: list[tuple[str, np.ndarray]], title: str) -> Figure:
     against x (ms, log scale). Each curve ends at its maximum (1/n), marked with a dot, so the
     last few records, which an ECDF squeezes into its top pixel, spread over decades here."""
     fig, ax = axes()
+    curve_styles(ax, len(curves))
     lowest = 1.0
     for label, values_ns in curves:
         x, s = exceedance_points(np.asarray(values_ns) / 1e6)
@@ -134,7 +172,7 @@ def exceedance(curves: list[tuple[str, np.ndarray]], title: str) -> Figure:
             continue
         text = f"{label} (n={len(values_ns):,}, max {x[-1]:,.1f} ms)"
         (line,) = ax.step(x, s, where="pre", lw=1.2, label=text)
-        ax.plot(x[-1:], s[-1:], marker="o", ms=3.5, color=line.get_color())
+        ax.plot(x[-1:], s[-1:], marker="o", ms=3.5, ls="none", color=line.get_color())
         lowest = min(lowest, s[-1])
     ax.set_xscale("log")
     plain_log_axis(ax.xaxis)
@@ -144,7 +182,7 @@ def exceedance(curves: list[tuple[str, np.ndarray]], title: str) -> Figure:
     ax.set_xlabel("end-to-end latency x (ms, log scale)")
     ax.set_ylabel("fraction of records slower than x (log scale)")
     ax.set_title(title)
-    ax.legend(loc="upper right")  # curves fall from the upper left: that corner stays empty
+    legend(fig, ax, "upper right")  # curves fall from the upper left: that corner stays empty
     fig.subplots_adjust(left=0.11)  # room for tick labels such as 0.0001
     return fig
 
@@ -163,6 +201,7 @@ def ecdf_bands(configs: list[tuple[str, list[np.ndarray]]], title: str, seed: in
     level F, the 95 % bootstrap interval over runs of the mean of the runs' F-quantiles
     (compare.ecdf_band), so run-to-run spread shows where the curves may really differ."""
     fig, ax = axes()
+    curve_styles(ax, len(configs))
     rng = np.random.default_rng(seed)
     banded = False
     for label, runs_ns in configs:
@@ -186,7 +225,7 @@ def ecdf_bands(configs: list[tuple[str, list[np.ndarray]]], title: str, seed: in
     handles, _ = ax.get_legend_handles_labels()
     if banded:
         handles.append(Patch(color="0.5", alpha=0.35, label="95 % interval over runs"))
-    ax.legend(handles=handles, loc="lower right")
+    legend(fig, ax, "lower right", handles)
     return fig
 
 
@@ -214,6 +253,7 @@ def log_density(values_ms: np.ndarray, points: int = 512) -> tuple[np.ndarray, n
 def density(curves: list[tuple[str, np.ndarray]], title: str) -> Figure:
     """Latency density per configuration, on a log latency axis."""
     fig, ax = axes()
+    curve_styles(ax, len(curves))
     for label, values_ns in curves:
         if len(values_ns) < 2:
             continue
@@ -224,7 +264,7 @@ def density(curves: list[tuple[str, np.ndarray]], title: str) -> Figure:
     ax.set_xlabel("end-to-end latency (ms, log scale)")
     ax.set_ylabel("density per decade")
     ax.set_title(title)
-    ax.legend(loc="upper right")
+    legend(fig, ax, "upper right")
     return fig
 
 
