@@ -22,7 +22,7 @@ from matplotlib.patches import Patch
 
 from hvbench_analysis import drawing
 from hvbench_analysis.compare import ecdf_band
-from hvbench_analysis.stats import ecdf_points, exceedance_points
+from hvbench_analysis.stats import ecdf_points, exceedance_points, nearest_rank
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -311,14 +311,14 @@ def per_bin(t: np.ndarray, values: np.ndarray, edges: np.ndarray) -> tuple[np.nd
     bin_of = np.repeat(np.arange(len(counts)), counts)
     ordered = inside[np.lexsort((inside, bin_of))]  # by bin, then by value
 
-    def rank(p: float) -> np.ndarray:
-        return ordered[starts + np.clip(np.ceil(p / 100 * counts - 1e-9).astype(int), 1, None) - 1]
-
     mids = ((edges[:-1] + edges[1:]) / 2)[held]
-    return mids, rank(50), rank(99), ordered[starts + counts - 1]
+    p50, p99 = (ordered[starts + nearest_rank(p, counts)] for p in (50, 99))
+    return mids, p50, p99, ordered[starts + counts - 1]
 
 
-def save(directory: Path, name: str, make: Callable[..., Figure], /, *args, **kwargs):
+def save(
+    directory: Path, name: str, make: Callable[..., Figure], /, *args, **kwargs
+) -> drawing.Drawing:
     """Draw make(*args, **kwargs) and write it to name.png, name.svg and name.pdf (for papers;
     no dates in them, so that the same figure is the same file), in a worker process
     (drawing.py). The figure is made there too: what crosses to the worker is make (a

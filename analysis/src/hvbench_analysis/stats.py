@@ -24,13 +24,18 @@ SUMMARY_COLUMNS = (
 )
 
 
+def nearest_rank(p, n):
+    """The 0-based index of the nearest-rank p-th percentile among n sorted values (k-th
+    smallest, k = ⌈p/100 · n⌉, at least 1); p or n may be arrays."""
+    # the small tolerance keeps 99.9 % of 1000 at rank 999 despite 0.999 · 1000 = 999.0000000001
+    return np.clip(np.ceil(np.asarray(p, float) / 100 * n - 1e-9).astype(int), 1, n) - 1
+
+
 def percentile(values: np.ndarray, p: float | list[float]) -> np.ndarray | float:
     """Nearest-rank percentile(s) of raw samples: the k-th smallest, k = ⌈p/100 · n⌉."""
     values = np.asarray(values)
     n = len(values)
-    ps = np.atleast_1d(np.asarray(p, dtype=float))
-    # the small tolerance keeps 99.9 % of 1000 at rank 999 despite 0.999 · 1000 = 999.0000000001
-    ranks = np.clip(np.ceil(ps / 100 * n - 1e-9).astype(int), 1, n) - 1
+    ranks = nearest_rank(np.atleast_1d(np.asarray(p, dtype=float)), n)
     picked = np.partition(values, np.unique(ranks))[ranks]
     return picked if np.ndim(p) else picked[0]
 
