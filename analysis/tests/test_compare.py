@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from hvbench_analysis import compare
+from hvbench_analysis import compare, stats
 from hvbench_analysis.load import load_runs, run_dirs
 from hvbench_analysis.synthetic import write_run
 
@@ -21,6 +21,47 @@ def test_intervals_cover_the_true_mean_at_about_the_nominal_rate(runs_per_config
         covered_median += low <= 10.0 <= high
     assert 0.90 <= covered_mean / trials <= 0.99
     assert 0.90 <= covered_median / trials <= 0.99
+
+
+def old_bootstrap_mean_cis(values, rng, level=compare.LEVEL):
+    """bootstrap_mean_cis as it was: np.quantile over all 10,000 resampled means."""
+    n = len(values)
+    picks = rng.integers(0, n, size=(compare.RESAMPLES, n))
+    slots = picks + n * np.arange(compare.RESAMPLES)[:, None]
+    counts = np.bincount(slots.ravel(), minlength=compare.RESAMPLES * n).reshape(-1, n)
+    alpha = compare.expanded_alpha(n, level)
+    return np.quantile(counts @ values / n, [alpha, 1 - alpha], axis=0)
+
+
+@pytest.mark.parametrize("runs", range(2, 9))
+def test_intervals_are_the_same_numbers_as_sorting_every_resample(runs):
+    """Few runs: the intervals come from the distinct resamples counted; they must be the
+    numbers, to the bit, that np.quantile over all 10,000 gave (the report's tables are
+    compared byte for byte), with ties, equal runs, a negative zero and a single column."""
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        values = rng.lognormal(0, 2, (runs, int(rng.integers(1, 40))))
+        if seed % 3 == 0:
+            values[1] = values[0]  # two runs alike
+        if seed % 4 == 0:
+            values = np.round(values, 1)  # ties between columns' resamples
+        if seed % 5 == 0:
+            values[:, 0] = -0.0
+        new = compare.bootstrap_mean_cis(values, np.random.default_rng(seed))
+        old = old_bootstrap_mean_cis(values, np.random.default_rng(seed))
+        assert np.asarray(new).tobytes() == old.tobytes()
+
+
+def test_counted_quantiles_are_numpys_on_the_repeated_values():
+    rng = np.random.default_rng(5)
+    levels = [0.0, 1e-9, 0.025, 1 / 3, 0.5, 0.975, 1 - 1e-9, 1.0, 1e-70]
+    for _ in range(200):
+        distinct = int(rng.integers(1, 30))
+        # ties (rounded), not both zeros: numpy may pick either of 0 and −0, equal values
+        values = np.round(rng.normal(0, 10, (distinct, 7)), int(rng.integers(0, 3))) + 0.0
+        times = rng.integers(1, 50, distinct)
+        expected = np.quantile(np.repeat(values, times, axis=0), levels, axis=0)
+        assert stats.counted_quantiles(values, times, levels).tobytes() == expected.tobytes()
 
 
 def test_difference_interval_covers_the_true_difference():

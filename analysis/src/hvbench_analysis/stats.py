@@ -40,6 +40,38 @@ def percentile(values: np.ndarray, p: float | list[float]) -> np.ndarray | float
     return picked if np.ndim(p) else picked[0]
 
 
+def counted_quantiles(values: np.ndarray, times: np.ndarray, q: list[float]) -> np.ndarray:
+    """np.quantile(np.repeat(values, times, axis=0), q, axis=0) with numpy's default (linear,
+    Hyndman and Fan's 7th) method, the same numbers to the bit, without the repeated array:
+    `values` holds each distinct row once and `times` how often it came. A bootstrap of a few
+    runs draws few distinct resamples (of two runs, three among 10,000); sorting those rather
+    than all 10,000 means took most of a campaign report's bootstrap time."""
+    values = np.asarray(values, dtype=float)
+    times = np.asarray(times, dtype=np.int64)
+    total = int(times.sum())
+    order = np.argsort(values, axis=0, kind="stable")
+    ordered = np.take_along_axis(values, order, axis=0)
+    reached = np.cumsum(times[order], axis=0)  # how many repeated values are ≤ each row
+    columns = np.arange(values.shape[1])
+
+    def ranked(rank: float) -> np.ndarray:  # each column's rank-th smallest, from 0; -1: last
+        return ordered[(reached <= int(rank) % total).sum(axis=0), columns]
+
+    found = []
+    for level in np.asarray(q, dtype=float):
+        virtual = (total - 1) * level  # as numpy: between ranks below and below + 1
+        below = float(np.floor(virtual))
+        above = below + 1
+        if virtual >= total - 1:  # as numpy: the last value on both sides; before 0, the first
+            below = above = -1.0
+        elif virtual < 0:
+            below = above = 0.0
+        a, b, gamma = ranked(below), ranked(above), virtual - below
+        diff = b - a
+        found.append(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma)
+    return np.array(found)
+
+
 def summarize(values_ns: np.ndarray, deadline_ms: float | None = None) -> dict[str, float]:
     """count, min, p50 … p99.99, max, mean, SD in ms; with a deadline, the % of samples over it."""
     values = np.asarray(values_ns, dtype=np.float64)
