@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from hvbench_analysis import figures, report
+from hvbench_analysis.report.page import Page
 from hvbench_analysis.synthetic import add_baseline, add_trace, write_run
 from PIL import Image
 
@@ -89,6 +90,19 @@ def test_report_writes_page_tables_figures_and_logs(built):
     assert page.count('<img class="figure"') >= FIGURES
     anchors = re.findall(r'<li><a href="#([^"]+)">', page)  # the contents, one per section
     assert len(anchors) >= 5 and all(page.count(f'<a id="{a}"></a><h2>') == 1 for a in anchors)
+    # the figures' sections are built first and shown last, numbered in the order shown
+    assert [int(a[1:].split("-")[0]) for a in anchors] == list(range(1, len(anchors) + 1))
+    shown = [a.split("-", 1)[1] for a in anchors]
+    assert shown[-4:] == [
+        "ecdf",
+        "ecdf_with_intervals_across_repetitions",
+        "density_per_configuration",
+        "runs",
+    ]
+    assert shown[:2] == [
+        "runs_left_out_of_the_statistics",
+        "latency_percentiles_per_configuration_repetitions_pooled",
+    ]
     for name in ("ecdf_all", "exceedance_all", "ecdf_xen_rtds", "exceedance_xen_rtds"):
         assert f"(figures/{name}.png, .svg, .pdf)</figcaption>" in page, name
     assert "Maximum latency against the analytical bound" in page
@@ -203,6 +217,21 @@ def test_the_page_renders_in_a_real_browser_with_its_figures(built, tmp_path):
     colours = len(np.unique(image.reshape(-1, 3)[::7], axis=0))
     assert ink > 0.03, f"page looks blank: {ink:.1%} of pixels drawn"
     assert colours > 50, f"only {colours} colours: figures did not render"
+
+
+def test_a_part_filled_later_shows_in_its_place_and_its_sections_are_numbered_there():
+    page = Page("t")
+    first = page.part()
+    page.h(2, "Shown second")
+    page.p("built first")
+    first.h(2, "Shown first")
+    first.p("built last")
+    first.part().h(3, "a part in a part")
+    html = page.render()
+    assert html.index("built last") < html.index("a part in a part") < html.index("built first")
+    contents = re.findall(r'<li><a href="#([^"]+)">', html)
+    assert contents == ["s1-shown_first", "s2-shown_second"]
+    assert html.index('<a id="s1-shown_first">') < html.index('<a id="s2-shown_second">')
 
 
 def test_the_density_of_equal_latencies_fits_its_grid():

@@ -19,9 +19,11 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 
-# Figures waiting for a worker, per worker: the report holds each until a worker takes it, so
-# a campaign's hundred figures are not all kept at once.
-WAITING_PER_WORKER = 2
+# Figures waiting for a worker, per worker. Enough that the report hands on its figures and
+# goes on to its tables while they are drawn (at 2, it waited on the workers and computed its
+# tables afterwards, one CPU idle); few enough that a campaign's hundreds of figures and their
+# data are not all kept at once.
+WAITING_PER_WORKER = 16
 
 
 def workers() -> int:

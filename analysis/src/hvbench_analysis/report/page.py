@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -39,21 +39,40 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("_") or "run"
 
 
+class Heading(NamedTuple):
+    """A section's heading: numbered, and listed in the contents, when the page is rendered."""
+
+    text: str
+
+
 class Page:
-    """The HTML page, built section by section; figures are embedded as PNG data."""
+    """The HTML page, built section by section; figures are embedded as PNG data. A part of
+    the page (`part`) can be filled after what follows it, and still shows in its place."""
 
     def __init__(self, title: str) -> None:
         self.title = title
-        self.parts: list[str | Callable[[], str]] = []  # a callable: a figure being drawn
-        self.sections: list[tuple[str, str]] = []  # (anchor, heading): the contents
+        # a callable: a figure being drawn; a Page: a part filled later
+        self.parts: list[str | Callable[[], str] | Heading | Page] = []
 
     def h(self, level: int, text: str) -> None:
         if level != 2:
             self.parts.append(f"<h{level}>{html.escape(text)}</h{level}>")
             return
-        anchor = f"s{len(self.sections) + 1}-{safe_name(text).lower()}"
-        self.sections.append((anchor, text))
-        self.parts.append(f'<a id="{anchor}"></a><h2>{html.escape(text)}</h2>')
+        self.parts.append(Heading(text))
+
+    def part(self) -> Page:
+        """An empty part of the page, here, for sections built later."""
+        part = Page(self.title)
+        self.parts.append(part)
+        return part
+
+    def shown(self) -> Iterator[str | Callable[[], str] | Heading]:
+        """Every part in the order the page shows them, the parts filled later in their place."""
+        for part in self.parts:
+            if isinstance(part, Page):
+                yield from part.shown()
+            else:
+                yield part
 
     def p(self, text: str, cls: str = "") -> None:
         attr = f' class="{cls}"' if cls else ""
@@ -96,22 +115,30 @@ class Page:
     def raw(self, markup: str) -> None:
         self.parts.append(markup)
 
-    def contents(self) -> str:
-        """The sections' headings, each a link to its section."""
-        items = "".join(
-            f'<li><a href="#{anchor}">{html.escape(text)}</a></li>'
-            for anchor, text in self.sections
-        )
-        return f'<nav class="contents"><h2>Contents</h2><ol>{items}</ol></nav>' if items else ""
-
     def render(self) -> str:
-        body = "\n".join(part if isinstance(part, str) else part() for part in self.parts)
+        body, sections = [], []  # sections: (anchor, heading), numbered in the order shown
+        for part in self.shown():
+            if isinstance(part, Heading):
+                anchor = f"s{len(sections) + 1}-{safe_name(part.text).lower()}"
+                sections.append((anchor, part.text))
+                body.append(f'<a id="{anchor}"></a><h2>{html.escape(part.text)}</h2>')
+            else:
+                body.append(part if isinstance(part, str) else part())
+        text = "\n".join(body)
         return (
             f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{html.escape(self.title)}</title><style>{CSS}</style></head>\n"
-            f"<body>\n<h1>{html.escape(self.title)}</h1>\n{self.contents()}\n{body}\n"
-            f"{LOAD_CHECK}\n</body></html>\n"
+            f"<body>\n<h1>{html.escape(self.title)}</h1>\n{contents(sections)}\n"
+            f"{text}\n{LOAD_CHECK}\n</body></html>\n"
         )
+
+
+def contents(sections: list[tuple[str, str]]) -> str:
+    """The sections' headings, each a link to its section."""
+    items = "".join(
+        f'<li><a href="#{anchor}">{html.escape(text)}</a></li>' for anchor, text in sections
+    )
+    return f'<nav class="contents"><h2>Contents</h2><ol>{items}</ol></nav>' if items else ""
 
 
 def curves(groups: list[tuple[dict, pd.DataFrame]]) -> list[tuple[str, np.ndarray]]:
