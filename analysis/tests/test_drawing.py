@@ -1,6 +1,7 @@
 """Figures written by worker processes: the same files as in-process, a failure named when the
 page asks for the figure, never more workers than asked for, none left behind."""
 
+import gc
 import itertools
 import os
 from pathlib import Path
@@ -77,6 +78,23 @@ def test_no_more_workers_than_asked_and_none_left_behind(tmp_path, monkeypatch):
     for pid in writers:  # each worker ended and was waited for: no zombie is left
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+
+
+def test_what_the_report_held_is_frozen_while_workers_draw_and_thawed_when_they_end(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("HVBENCH_REPORT_WORKERS", "2")
+    assert gc.get_freeze_count() == 0
+    held = [[] for _ in range(1000)]  # containers a report holds before its first figure
+    drawn = drawing.start(
+        write_and_say_who, tmp_path / "f.png", name="f", png_path=tmp_path / "f.png"
+    )
+    assert gc.get_freeze_count() >= len(held)  # the collectors do not walk it while workers draw
+    assert drawn.png() == b"png"
+    drawing.finish()
+    assert (
+        gc.get_freeze_count() == 0
+    )  # a caller that goes on (a test, a notebook) collects it again
 
 
 def test_the_per_bin_statistics_are_the_nearest_rank_ones_of_each_bin():

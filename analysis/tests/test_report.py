@@ -90,18 +90,24 @@ def test_report_writes_page_tables_figures_and_logs(built):
     assert page.count('<img class="figure"') >= FIGURES
     anchors = re.findall(r'<li><a href="#([^"]+)">', page)  # the contents, one per section
     assert len(anchors) >= 5 and all(page.count(f'<a id="{a}"></a><h2>') == 1 for a in anchors)
-    # the figures' sections are built first and shown last, numbered in the order shown
+    # the sections with figures are built first (build.figure_sections), the tables after
+    # them; the page shows them in its own order, numbered in the order shown
     assert [int(a[1:].split("-")[0]) for a in anchors] == list(range(1, len(anchors) + 1))
-    shown = [a.split("-", 1)[1] for a in anchors]
-    assert shown[-4:] == [
+    assert [a.split("-", 1)[1] for a in anchors] == [
+        "runs_left_out_of_the_statistics",
+        "latency_percentiles_per_configuration_repetitions_pooled",
+        "maximum_latency",
+        "maximum_latency_against_the_analytical_bound",
+        "latency_from_the_intended_send_next_to_the_actual_send",
+        "where_the_time_went_stage_legs",
+        "tails_explained_by_the_scheduler_trace",
+        "noise_floor_timer_latency_under_the_same_setting",
+        "repetitions_mean_over_runs_with_95_bootstrap_intervals",
+        "against_the_reference_sched_credit",
         "ecdf",
         "ecdf_with_intervals_across_repetitions",
         "density_per_configuration",
         "runs",
-    ]
-    assert shown[:2] == [
-        "runs_left_out_of_the_statistics",
-        "latency_percentiles_per_configuration_repetitions_pooled",
     ]
     for name in ("ecdf_all", "exceedance_all", "ecdf_xen_rtds", "exceedance_xen_rtds"):
         assert f"(figures/{name}.png, .svg, .pdf)</figcaption>" in page, name
@@ -167,6 +173,28 @@ def test_report_refuses_when_nothing_is_readable(tmp_path, capsys):
     (tmp_path / "broken" / "meta.json").write_text("[]")
     with pytest.raises(SystemExit, match=r"no readable runs.*broken: meta\.json is not an object"):
         report.main(["--results", str(tmp_path), "--out", str(tmp_path / "out")])
+
+
+@pytest.mark.parametrize(
+    ("ref", "error"),
+    [
+        ("sched=rtds", "no run matches the reference {'sched': 'rtds'}"),
+        ("colour=red", "unknown tag 'colour'"),
+    ],
+)
+def test_a_reference_that_selects_no_run_is_refused_before_anything_is_written(
+    tmp_path, capsys, ref, error
+):
+    rng = np.random.default_rng(3)
+    for rep in (1, 2):
+        write_run(tmp_path / "results" / f"credit-{rep}", rng.lognormal(np.log(8e6), 0.4, 500),
+                  target="xen", sched="credit", rep=rep)  # fmt: skip
+    out = tmp_path / "report"
+    assert (
+        report.main(["--results", str(tmp_path / "results"), "--out", str(out), "--ref", ref]) == 1
+    )
+    assert error in capsys.readouterr().err
+    assert not out.exists()  # no figure, table or log of a report that was refused
 
 
 def chromium() -> str:

@@ -151,9 +151,7 @@ def against_reference(
 ) -> pd.DataFrame:
     """Each other configuration against the reference: differences with intervals, KS test."""
     rng = np.random.default_rng(seed)
-    is_ref = matches(runs, reference)
-    if not is_ref.any():
-        raise ValueError(f"no run matches the reference {reference}")
+    is_ref = reference_runs(runs, reference)
     ref_runs = runs[is_ref]
     ref_samples = measured[measured["run_id"].isin(ref_runs["run_id"])]["latency_ns"].to_numpy()
     rows = []
@@ -169,6 +167,15 @@ def against_reference(
             row[f"{stat}_diff_ci_low"], row[f"{stat}_diff_ci_high"] = low, high
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def reference_runs(runs: pd.DataFrame, reference: dict) -> pd.Series:
+    """The runs the reference selects; ValueError when it selects none (or names an unknown
+    tag)."""
+    is_ref = matches(runs, reference)
+    if not is_ref.any():
+        raise ValueError(f"no run matches the reference {reference}")
+    return is_ref
 
 
 def matches(runs: pd.DataFrame, selector: dict) -> pd.Series:

@@ -13,6 +13,7 @@ HVBENCH_REPORT_WORKERS=1 writes every figure in-process, one after the other.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from collections.abc import Callable
@@ -61,6 +62,10 @@ def start(write: Callable[..., object], *args, name: str, png_path: Path) -> Dra
         write(*args)
         return Drawing(name, png_path)
     if _pool is None:
+        # What the report holds so far (its modules, its runs) lives as long as the workers:
+        # frozen until finish(), the collector in the parent and in the workers does not walk
+        # it again and again (in a report of 10 runs, 0.2 s of each worker's 1.7 s, then 0.1 s)
+        gc.freeze()
         context = multiprocessing.get_context("fork")  # the workers inherit matplotlib's set-up
         _pool = ProcessPoolExecutor(workers(), mp_context=context)
     # (pruned here, in the report's thread: a callback would change the set from another)
@@ -80,4 +85,5 @@ def finish() -> None:
     if _pool is not None:
         _pool.shutdown(wait=True)
         _pool = None
+        gc.unfreeze()
     _unfinished.clear()
