@@ -218,6 +218,26 @@ def test_a_traced_run_with_no_slow_record_is_reported_without_one(tmp_path):
     assert "Tails explained by the scheduler trace" in (out / "index.html").read_text()
 
 
+def test_within_parsed_once_each_trace_is_parsed_once_and_after_it_nothing_is_kept(
+    tmp_path, monkeypatch
+):
+    folder = traced_run(tmp_path)
+    meta = results.read_meta(folder)
+    parsed, parse = [], sched_trace.parse
+    monkeypatch.setattr(sched_trace, "parse", lambda text: parsed.append(text) or parse(text))
+    with sched_trace.parsed_once():
+        spans, samples = sched_trace.traced(folder, meta)
+        again, _ = sched_trace.traced(tmp_path / "traced" / ".." / "traced", meta)
+        assert again is spans and len(parsed) == 1  # the same file, the same reading
+        read_otherwise = {**meta, "trace": {**meta["trace"], "threads": {"100": "renamed"}}}
+        renamed, _ = sched_trace.traced(folder, read_otherwise)
+        assert len(parsed) == 2 and set(renamed["comm"]) == {"renamed"}
+    assert sched_trace._parsed is None  # nothing kept after it
+    outside, _ = sched_trace.traced(folder, meta)
+    assert len(parsed) == 3 and outside is not spans
+    pd.testing.assert_frame_equal(outside, spans)
+
+
 def test_the_covered_time_is_that_of_the_union_walked_span_by_span():
     rng = np.random.default_rng(5)
     starts = rng.uniform(0, 1000, 300)

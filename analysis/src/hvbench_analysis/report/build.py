@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from hvbench_analysis import compare, drawing
+from hvbench_analysis import compare, drawing, sched_trace
 from hvbench_analysis.load import Runs, load_runs, run_dirs, run_rows
 from hvbench_analysis.report.campaigns import campaign_section
 from hvbench_analysis.report.energy import energy_section
@@ -86,8 +86,9 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     # first, so that the workers draw while the report computes the tables shown before them
     # (Page.part keeps their place), and the last figures handed on are the short ones.
     tables_first = page.part()
-    figure_sections(page, runs, args, dirs)
-    table_sections(tables_first, runs, names, args, dirs)
+    with sched_trace.parsed_once():  # for the explanations and the simulator's demands
+        figure_sections(page, runs, args, dirs)
+        table_sections(tables_first, runs, names, args, dirs)
     page.p(
         f"HdrHistogram interval logs per run: hdr/<run>.hlog. Built in "
         f"{time.perf_counter() - started:.1f} s.",
