@@ -248,6 +248,27 @@ def test_a_connection_lost_while_stopping_a_neighbours_load_is_recorded_and_the_
     assert not list(Path("/tmp").glob(f"hvbench-noise-{tmp_path.name}-*"))
 
 
+def test_a_neighbours_load_whose_stop_loses_both_connections_names_both_and_still_ends(
+    tmp_path, monkeypatch
+):
+    ssh = tmp_path / "ssh"
+    ssh.write_text(LOSES_THE_STOP.replace('if [ ! -e "$0.lost" ]', "if true"))  # every time
+    ssh.chmod(0o755)
+    noise = neighbour_on_this_machine(tmp_path, monkeypatch, "slow", ssh=(str(ssh), "neighbour"))
+    noise.start()
+    noise.stop()
+    (load,) = noise.record["loads"]
+    lost = "exit 255: Timeout, server 10.0.0.2 not responding."
+    assert load["error"] == f"the load could not be stopped or read: {lost}; {lost}"
+    assert "metrics" not in load
+    deadline = time.monotonic() + 60  # the stop goes on on the far side, where it was sent
+    while [pid for pid in load["stressors"] if running(int(pid))] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid in load["stressors"] if running(int(pid))] == []
+    for left in Path("/tmp").glob(f"hvbench-noise-{tmp_path.name}-*"):  # not read: kept there
+        left.unlink()
+
+
 @pytest.mark.parametrize(
     ("start", "message"),
     [

@@ -363,7 +363,7 @@ class TestbedNoise:
             if out is not None:
                 machine.run(["rm", "-f", yaml_out, log_out], root=True, check=False)
         except TestbedError as e:
-            return {"error": f"the load could not be stopped or read: {e}"}
+            out, lost = None, [str(e)]
         if out is None:
             return {"error": "the load could not be stopped or read: " + "; ".join(lost)}
         yaml_text, _, log_text = out.partition(SEPARATOR)
