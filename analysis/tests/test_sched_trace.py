@@ -226,7 +226,7 @@ def test_within_parsed_once_each_trace_is_parsed_once_and_after_it_nothing_is_ke
     parsed, parse = [], sched_trace.parse
     monkeypatch.setattr(sched_trace, "parse", lambda text: parsed.append(text) or parse(text))
     with sched_trace.parsed_once():
-        spans, samples = sched_trace.traced(folder, meta)
+        spans, _ = sched_trace.traced(folder, meta)
         again, _ = sched_trace.traced(tmp_path / "traced" / ".." / "traced", meta)
         assert again is spans and len(parsed) == 1  # the same file, the same reading
         read_otherwise = {**meta, "trace": {**meta["trace"], "threads": {"100": "renamed"}}}

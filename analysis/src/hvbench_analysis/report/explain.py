@@ -26,14 +26,17 @@ WORST_SHOWN = 3  # slow records drawn against the trace, per traced run
 def explain_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutDirs) -> None:
     """Runs made with TRACE=1: how much of each slow record's latency a job thread spent
     runnable but not running, and the worst records against the trace."""
-    found = []
+    head, found = page.part(), []
     for path in runs.runs["path"]:
         meta = results.read_meta(Path(path))
         explained = sched_trace.run_explanation(path, meta, args.deadline_ms)
         if explained is not None:
             found.append(explained)
+            # handed to the workers now, while the next traces are read; shown below the table
+            worst_records(page, explained, dirs)
     if not found:
         return
+    page = head
     page.h(2, "Tails explained by the scheduler trace")
     slow = pd.concat([f["records"].assign(run_id=f["summary"]["run_id"]) for f in found])
     tables.write(slow, dirs.tables, "tail_explained_records")
@@ -48,8 +51,6 @@ def explain_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutD
         "Each record: tables/tail_explained_records. docs/tracing.md says how the trace is "
         "recorded and put on the run's clock.",
     )
-    for f in found:
-        worst_records(page, f, dirs)
 
 
 def noise_floor_section(page: Page, runs: Runs, dirs: OutDirs) -> None:
