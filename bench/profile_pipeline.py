@@ -1,12 +1,13 @@
 """Where the CPU goes per record: the real pipeline at one rate, sampled by perf on every CPU.
 
 One run of the pipeline (six producers, the broker, the Flink job, the consumer) at `--rate`,
-a record a message. Once its warm-up is over, `perf record` samples every CPU for `--seconds`
-with call stacks. The two JVMs (broker and job) start with `-XX:+PreserveFramePointer` and
-write the names of their compiled methods to `/tmp/perf-<pid>.map` when they end
-(`-XX:+DumpPerfMapAtExit`, given through `JAVA_TOOL_OPTIONS`): perf then names Java frames as
-well as native and kernel ones. Python frames show as the interpreter's C functions (Python
-3.11 has no perf trampoline); the job's Python runs inside the JVM's task thread (thread mode).
+a record a message (`--grouped`: one producer, a round of the six detectors a message). Once
+its warm-up is over, `perf record` samples every CPU for `--seconds` with call stacks. The
+two JVMs (broker and job) start with `-XX:+PreserveFramePointer` and write the names of their
+compiled methods to `/tmp/perf-<pid>.map` when they end (`-XX:+DumpPerfMapAtExit`, given
+through `JAVA_TOOL_OPTIONS`): perf then names Java frames as well as native and kernel ones.
+Python frames show as the interpreter's C functions (Python 3.11 has no perf trampoline); the
+job's Python runs inside the JVM's task thread (thread mode).
 
 Printed: for each part and each of its busiest threads, the CPU time per record sent while
 sampling, and the functions that used most of it (where the sample was, not its callers).
@@ -30,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pipeline import pipeline
+from bench_scale import GROUPED
 
 JVM_PROFILING = "-XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit -XX:+PreserveFramePointer"
 # what a process's command line says it is, first match wins
@@ -52,6 +54,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--frequency", type=int, default=2000, help="samples a second, each CPU")
     p.add_argument("--out", type=Path, default=Path("bench/out/profile"))
     p.add_argument("--top", type=int, default=8, help="functions shown per thread")
+    p.add_argument(
+        "--grouped",
+        action="store_true",
+        help="the six detectors as one producer whose round goes out as one message "
+        "(PRODUCERS=1 MESSAGES=group), as bench_scale.py's grouped layout",
+    )
     return p.parse_args()
 
 
@@ -151,8 +159,9 @@ def main() -> int:
     records = int(args.rate * (args.warmup_seconds + args.seconds + 10 - 0.45 * ramp_s))
     started = time.monotonic()
     try:
+        grouped = GROUPED if args.grouped else ()
         result = pipeline(
-            args, records, 6 * 1000.0 / args.rate, args.warmup_seconds, "profile", ramp_s
+            args, records, 6 * 1000.0 / args.rate, args.warmup_seconds, "profile", ramp_s, grouped
         )
     finally:
         done.set()
