@@ -113,6 +113,12 @@ def test_report_writes_page_tables_figures_and_logs(built):
         assert f"(figures/{name}.png, .svg, .pdf)</figcaption>" in page, name
     assert "Maximum latency against the analytical bound" in page
     assert "max 1,400.0 ms" not in page  # figures are images, the note is inside them
+    for heading in ("Where the time went: stage legs", "Tails explained", "Noise floor"):
+        assert heading in page
+
+
+def test_report_writes_every_table_and_log(built):
+    _, out = built
     for name in (
         "percentiles_by_config",
         "percentiles_by_run",
@@ -128,6 +134,19 @@ def test_report_writes_page_tables_figures_and_logs(built):
         assert (out / "tables" / f"{name}.md").exists(), name
         assert (out / "tables" / f"{name}.csv").exists(), name
         assert (out / "tables" / f"{name}.tex").read_text().startswith(r"\begin{tabular}"), name
+    assert sorted(p.name for p in (out / "hdr").iterdir()) == [
+        "bare-dl.hlog",
+        "credit-1.hlog",
+        "credit-2.hlog",
+        "rtds-1.hlog",
+        "rtds-2.hlog",
+        "rtds-cap.hlog",
+        "rtds-e1.hlog",
+    ]
+
+
+def test_report_writes_every_figure_in_three_formats(built):
+    _, out = built
     for name in (
         "ecdf_all",
         "exceedance_all",
@@ -140,15 +159,11 @@ def test_report_writes_page_tables_figures_and_logs(built):
         assert (out / "figures" / f"{name}.png").stat().st_size > 5_000, name
         assert (out / "figures" / f"{name}.svg").read_text().startswith("<?xml")
         assert (out / "figures" / f"{name}.pdf").read_bytes().startswith(b"%PDF")
-    assert sorted(p.name for p in (out / "hdr").iterdir()) == [
-        "bare-dl.hlog",
-        "credit-1.hlog",
-        "credit-2.hlog",
-        "rtds-1.hlog",
-        "rtds-2.hlog",
-        "rtds-cap.hlog",
-        "rtds-e1.hlog",
-    ]
+    assert len(list((out / "figures").glob("trace_bare-dl_*.png"))) == 3
+
+
+def test_report_tables_hold_the_maxima_bounds_and_explanations(built):
+    _, out = built
     cap = (out / "tables" / "max_cap.md").read_text()
     assert "| Credit2 (xen) | 50 | 1,400.00 |" in cap  # (xen): the bare run is there too
     assert (
@@ -163,9 +178,6 @@ def test_report_writes_page_tables_figures_and_logs(built):
     assert "| bare-dl | 1 | x86-tsc |" in explained and "| 88.24 | 88.24 | 3 |" in explained
     noise = pd.read_csv(out / "tables" / "noise_floor.csv")
     assert list(noise["run_id"]) == ["bare-dl"] and noise["timer max (ms)"].iloc[0] < 0.4
-    for heading in ("Where the time went: stage legs", "Tails explained", "Noise floor"):
-        assert heading in page
-    assert len(list((out / "figures").glob("trace_bare-dl_*.png"))) == 3
 
 
 def test_report_refuses_when_nothing_is_readable(tmp_path, capsys):

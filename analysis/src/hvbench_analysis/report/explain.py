@@ -26,7 +26,7 @@ WORST_SHOWN = 3  # slow records drawn against the trace, per traced run
 def explain_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutDirs) -> None:
     """Runs made with TRACE=1: how much of each slow record's latency a job thread spent
     runnable but not running, and the worst records against the trace."""
-    head, found = page.part(), []
+    head, found = page.part(), []  # head: the heading and table, above the records' figures
     for path in runs.runs["path"]:
         meta = results.read_meta(Path(path))
         explained = sched_trace.run_explanation(path, meta, args.deadline_ms)
@@ -36,12 +36,11 @@ def explain_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutD
             worst_records(page, explained, dirs)
     if not found:
         return
-    page = head
-    page.h(2, "Tails explained by the scheduler trace")
+    head.h(2, "Tails explained by the scheduler trace")
     slow = pd.concat([f["records"].assign(run_id=f["summary"]["run_id"]) for f in found])
     tables.write(slow, dirs.tables, "tail_explained_records")
     table_with_note(
-        page,
+        head,
         pd.DataFrame([f["summary"] for f in found]),
         "tail_explained",
         dirs,
