@@ -2,6 +2,8 @@
 reservation simulator gives for their setting, from a traced reference among them, are
 predicted through it, and a saved model replays the reference again to advise."""
 
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -56,16 +58,56 @@ def test_the_simulated_form_predicts_held_out_budgets_best(runs):
     assert validation["error_pct"].median() < 5  # the 1.2 is learned, the rest is the noise
 
 
-def test_a_saved_model_replays_its_reference_for_new_settings(runs):
-    folder, loaded = runs
-    table, simulator = model.with_simulation(model.run_table(loaded), loaded.runs)
+ASKED = pd.DataFrame([{"target": "bare", "sched": "deadline", "noise": "", "rate": 60.0,
+                       "budget": 8_000, "period": 100_000}])  # fmt: skip
+
+
+def saved_model(loaded, references_from, out) -> model.Model:
+    """A model of the runs whose p99 follows the simulator, saved to out; its references
+    read from references_from."""
+    table, simulator = model.with_simulation(model.run_table(loaded), loaded.runs, references_from)
     fitted = model.fit(table, forms={"p99": model.Form("simulated", 1.5)})
     fitted.simulator = simulator
     empty = pd.DataFrame(columns=model.VALIDATION_COLUMNS)
-    model.save(fitted, empty, folder / "model", {"results": str(folder), "runs": "all"})
+    model.save(fitted, empty, out, {"results": str(references_from), "runs": "all"})
+    return fitted
+
+
+def test_a_saved_model_replays_its_reference_for_new_settings(runs):
+    folder, loaded = runs
+    fitted = saved_model(loaded, folder, folder / "model")
     rebuilt, doc = model.load(folder / "model")
-    assert doc["simulator"] == {"references": ["reference"]}
-    asked = pd.DataFrame([{"target": "bare", "sched": "deadline", "noise": "", "rate": 60.0,
-                           "budget": 8_000, "period": 100_000}])  # fmt: skip
-    first, again = fitted.predict(asked), rebuilt.predict(asked)
+    assert doc["simulator"] == {"references": ["reference"], "results": str(folder)}
+    first, again = fitted.predict(ASKED), rebuilt.predict(ASKED)
     assert np.allclose(first.to_numpy(float), again.to_numpy(float))
+
+
+def test_a_model_saved_away_from_its_runs_reads_its_references_where_they_were(runs, tmp_path):
+    # `hvbench model fit --out elsewhere`: the model's parent folder holds no reference
+    folder, loaded = runs
+    fitted = saved_model(loaded, folder, tmp_path / "elsewhere" / "model")
+    rebuilt, _ = model.load(tmp_path / "elsewhere" / "model")
+    assert rebuilt.simulator is not None and rebuilt.simulator.folder == folder
+    assert np.allclose(
+        fitted.predict(ASKED).to_numpy(float), rebuilt.predict(ASKED).to_numpy(float)
+    )
+
+
+def test_a_model_whose_references_are_gone_is_refused_not_predicted_without_them(runs, tmp_path):
+    # before, it predicted the simulated form's constant: a p99 of about 1 ms for a budget
+    # whose runs measured 96 ms
+    folder, loaded = runs
+    copied = tmp_path / "results"
+    shutil.copytree(folder / "reference", copied / "reference")
+    saved_model(loaded, copied, tmp_path / "model")
+    shutil.rmtree(copied / "reference")
+    with pytest.raises(model.ModelError, match=r"replays the traced runs reference, found in none"):
+        model.load(tmp_path / "model")
+
+
+def test_a_simulated_form_without_its_simulator_refuses_to_predict(runs):
+    folder, loaded = runs
+    fitted = saved_model(loaded, folder, folder / "model-without")
+    fitted.simulator = None
+    with pytest.raises(model.ModelError, match=r"p99 follow the simulator, and it has none"):
+        fitted.predict(ASKED)

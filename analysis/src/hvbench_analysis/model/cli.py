@@ -30,7 +30,7 @@ def fit_folder(
     for run in runs.left_out:
         print(f"model: left out {run.run_id} ({run.state}): {run.reason}", file=sys.stderr)
     traced = load_runs(run_dirs(results, references)).runs if references else runs.runs
-    table, simulator = with_simulation(run_table(runs), traced)
+    table, simulator = with_simulation(run_table(runs), traced, results.resolve())
     fitted, validation = fit_chosen(table)
     fitted.simulator = simulator
     save(fitted, validation, out, {"results": str(results), "runs": names or "all"})

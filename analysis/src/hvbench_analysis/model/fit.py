@@ -308,6 +308,10 @@ class Model:
         frame = with_derived(frame)
         if self.simulator is not None and SIM_COLUMNS[0] not in frame:
             frame = self.simulator.columns(frame)
+        following = [n for n, f in self.forms.items() if f.analytic == "simulated"]
+        if following and SIM_COLUMNS[0] not in frame:  # it would predict a constant instead
+            raise ModelError(f"the model's {', '.join(following)} follow the simulator, "
+                             "and it has none: its traced references were not read")  # fmt: skip
         x, basis = self.inputs.matrix(frame), basis_of(frame)
         out = pd.DataFrame(index=frame.index)
         for name, fitted in self.fitted.items():

@@ -63,8 +63,14 @@ def save(model: Model, validation: pd.DataFrame, directory: Path, source: dict) 
             for name, f in model.fitted.items()
         },
         "validation": validation_summary(validation).to_dict("records"),
-        # the traced references the `simulated` forms replay (read again from the runs' folder)
-        "simulator": {"references": model.simulator.run_ids} if model.simulator else None,
+        # the traced references the `simulated` forms replay, and the folder they are read
+        # again from (else the model's parent folder: results/<campaign>/model)
+        "simulator": {
+            "references": model.simulator.run_ids,
+            "results": str(model.simulator.folder) if model.simulator.folder else None,
+        }
+        if model.simulator
+        else None,
         "made_with": {"scikit-learn": sklearn_version()},
     }
     (directory / MODEL_FILE).write_text(json.dumps(doc, indent=2) + "\n")
@@ -125,9 +131,26 @@ def load(directory: Path) -> tuple[Model, dict]:
     forms = {name: Form(f["analytic"], f["matern_nu"]) for name, f in doc["fitted"].items()}
     rebuilt = fit(table, kernels, forms)
     rebuilt.scales = {name: f.get("interval_sd", Z) for name, f in doc["fitted"].items()}
-    references = (doc.get("simulator") or {}).get("references") or []
-    rebuilt.simulator = Simulator.from_folder(directory.parent, references)
+    rebuilt.simulator = saved_simulator(doc.get("simulator") or {}, directory)
     return rebuilt, doc
+
+
+def saved_simulator(saved: dict, directory: Path) -> Simulator | None:
+    """The simulator a saved model's `simulated` forms replay: its references read again from
+    the folder they were read from, or else from the model's parent folder; ModelError where
+    they are in neither (a model that cannot simulate would predict without it)."""
+    references = saved.get("references") or []
+    if not references:
+        return None
+    folders = dict.fromkeys(Path(f) for f in (saved.get("results"), directory.parent) if f)
+    for folder in folders:
+        found = Simulator.from_folder(folder, references)
+        if found is not None:
+            return found
+    raise ModelError(
+        f"the model in {directory} replays the traced runs {', '.join(references)}, found "
+        f"in none of {', '.join(map(str, folders))}: keep them beside the model, or fit it again"
+    )
 
 
 def saved_kernels(dimensions: int, fitted: dict) -> Kernels:

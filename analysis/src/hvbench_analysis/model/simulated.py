@@ -29,10 +29,12 @@ class Simulator:
     """The traced references of a set of runs, by key_of."""
 
     references: dict[tuple[str, float, str], prediction.Reference]
+    folder: Path | None = None  # the results folder the references were read from
 
     @classmethod
-    def of(cls, runs: pd.DataFrame) -> Simulator | None:
-        """From the runs' table (load.Runs.runs); None without a traced reference."""
+    def of(cls, runs: pd.DataFrame, folder: Path | None = None) -> Simulator | None:
+        """From the runs' table (load.Runs.runs, read from folder); None without a traced
+        reference."""
         found = prediction.references(runs)
         if not found:
             return None
@@ -40,14 +42,16 @@ class Simulator:
         for key, reference in found.items():
             row = dict(zip(prediction.WORKLOAD, key, strict=True))
             by_key[key_of({**row, "rate": float(row["rate"])})] = reference
-        return cls(by_key)
+        return cls(by_key, folder)
 
     @classmethod
     def from_folder(cls, folder: Path, run_ids: list[str]) -> Simulator | None:
-        """A saved model's: its reference runs, read again from the results folder."""
+        """A saved model's: its reference runs, read again from the results folder; None
+        where one of them is not there (or no longer a traced reference)."""
         if not run_ids:
             return None
-        return cls.of(load_runs(run_dirs(folder, run_ids)).runs)
+        found = cls.of(load_runs(run_dirs(folder, run_ids)).runs, folder)
+        return found if found is not None and found.run_ids == sorted(run_ids) else None
 
     @property
     def run_ids(self) -> list[str]:
@@ -78,10 +82,11 @@ class Simulator:
         return frame.assign(**pd.DataFrame(values, index=frame.index))
 
 
-def with_simulation(table: pd.DataFrame, runs: pd.DataFrame):
+def with_simulation(table: pd.DataFrame, runs: pd.DataFrame, folder: Path | None = None):
     """The model's table with each run's simulated statistics, and the simulator, where the
-    runs (load.Runs.runs) hold a traced reference; else the table as it was and None."""
-    simulator = Simulator.of(runs)
+    runs (load.Runs.runs, read from folder) hold a traced reference; else the table as it was
+    and None."""
+    simulator = Simulator.of(runs, folder)
     return (table, None) if simulator is None else (simulator.columns(table), simulator)
 
 
