@@ -1,5 +1,4 @@
-# hvbench's tasks (`make help`): each builds what its verb needs and runs `hvbench VERB`; what is
-# needed for a target, the verb asks of make (hvbench_harness/build.py). Long recipes: scripts/.
+# hvbench's tasks (`make help`): each makes what its verb asks (harness build.py), runs `hvbench VERB`.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -21,6 +20,7 @@ $(if $(FROM_ENV),$(error $(FROM_ENV) set in the environment: give it on make's c
 RESULTS  ?= results
 CAMPAIGN ?=
 RESUME   ?=
+REPLAY   ?=
 RUN      ?=
 ENFORCE  ?=
 # make report's, make model's and make advise's (docs/running.md, docs/model.md).
@@ -97,10 +97,10 @@ workload-inputs: $(STAMP) kafka flink-connector
 	+@$(model-at)
 run: $(STAMP) ## the experiment: here (bare), or HOST=/INVENTORY= a testbed; the variables below
 	$(HVBENCH) run $(RUN_ARGS)
-campaign: $(STAMP) ## CAMPAIGN=campaigns/<name>.yml [RESUME=1]: a grid of runs (campaigns/README.md)
+campaign: $(STAMP) ## CAMPAIGN=campaigns/<name>.yml [RESUME=1 REPLAY=results/<recorded>]: a grid of runs (campaigns/README.md)
 	@test -n "$(CAMPAIGN)" || { echo "make campaign: CAMPAIGN=campaigns/<name>.yml" >&2; exit 1; }
 	@hosts=$$($(PY) -m hvbench_harness.inventory $(INVENTORY) $(HOST) $(TARGET)) && $(HVBENCH) campaign run $(CAMPAIGN) \
-		--inventory $$hosts --results $(RESULTS) --data $(DATA_DIR) --model $(MODEL_DIR)$(if $(RESUME), --resume)$(if $(filter-out 0,$(CONCURRENT)), --concurrent)
+		--inventory $$hosts --results $(RESULTS) --data $(DATA_DIR) --model $(MODEL_DIR)$(if $(RESUME), --resume)$(if $(filter-out 0,$(CONCURRENT)), --concurrent)$(if $(REPLAY), --replay $(REPLAY))
 campaign-check: $(STAMP) ## check every campaign file (nothing runs)
 	$(HVBENCH) campaign validate campaigns/*.yml
 check: $(STAMP) ## is this machine (or HOST=/INVENTORY=) ready to measure on? [ENFORCE=1 REQUIRE=...]

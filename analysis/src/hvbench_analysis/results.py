@@ -139,6 +139,7 @@ SECTIONS: dict[str, tuple[object, str]] = {
     "invocation": (dict, "how the harness was started"),
     "inputs": (dict, "what the run read: data, model, jars, or a testbed's inventory"),
     "rerun_of": (str | None, "the run this one repeats (make rerun)"),
+    "replayed_from": (str, "the recorded run this one is a copy of (a replayed campaign)"),
     "placement": (dict, "testbeds: which machine ran each part"),
     "hypervisor": (dict, "testbeds: the host's hypervisor as its agent found it"),
     "readiness": (dict, "every readiness check per machine"),

@@ -34,6 +34,7 @@ from hvbench_harness import spec
 from hvbench_harness.campaign import search
 from hvbench_harness.campaign.file import Campaign, CampaignError, ModelSearch, describe, load
 from hvbench_harness.campaign.index import Index
+from hvbench_harness.campaign.replay import Recorded
 from hvbench_harness.campaign.runner import Interrupted, Runner, log
 from hvbench_harness.parts import RunError
 from hvbench_harness.runlocks import hold, registered_machines
@@ -55,12 +56,16 @@ class Options:
     connector_dir: str = "build/flink/lib"
     resume: bool = False
     concurrent: bool = False
+    replay: str | None = None  # a recorded campaign's folder: its runs copied, none run
 
 
 def run_campaign(
     campaign: Campaign, options: Options, harness: tuple[str, ...] | None = None
 ) -> int:
-    """Every run of the campaign (or its search), while it holds its machines; the exit code."""
+    """Every run of the campaign (or its search), while it holds its machines; the exit code.
+    Replayed, nothing runs: no machine is checked or held."""
+    if options.replay:
+        return run_held(campaign, options, harness, forced=False)
     if kind(campaign.target).testbed:
         if not options.inventory:
             raise CampaignError(
@@ -89,6 +94,7 @@ def run_held(
     own runs, its children, do not count it as another run. Forced, its runs are too: they
     run beside the runs the campaign was forced past."""
     folder = Path(options.results) / campaign.name
+    recorded = Recorded.of(options.replay, campaign, folder) if options.replay else None
     index = Index.open(campaign, folder, options.resume)
     shutil.copy(campaign.file, folder / "campaign.yml")
     runner = Runner(
@@ -100,7 +106,9 @@ def run_held(
     )
     if harness:
         runner.harness = harness
-    log(f"campaign {campaign.name}: {describe(campaign)}; index {index.path}")
+    runner.recorded = recorded
+    replayed = f"; replayed from {recorded.folder}, nothing runs" if recorded else ""
+    log(f"campaign {campaign.name}: {describe(campaign)}; index {index.path}{replayed}")
     handlers = {s: signal.signal(s, runner.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         if isinstance(campaign.search, ModelSearch):
@@ -158,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--model", default="artifacts/forecaster")
     go.add_argument("--kafka-libs", default="build/kafka/libs")
     go.add_argument("--connector-dir", default="build/flink/lib")
+    go.add_argument(
+        "--replay",
+        metavar="FOLDER",
+        help="copy each run from a recorded campaign's results (same settings and repetition) "
+        "instead of running it: a search set beside the full grid that recorded them",
+    )
     args = p.parse_args(argv)
     try:
         if args.command == "validate":

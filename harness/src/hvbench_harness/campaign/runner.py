@@ -20,6 +20,7 @@ from hvbench_analysis.sections import Counts, Latency, Status, present
 
 from hvbench_harness.campaign.file import Campaign, Point, duration, run_argv
 from hvbench_harness.campaign.index import Index, now
+from hvbench_harness.campaign.replay import Recorded
 
 PROGRESS_S = 30.0  # a running run's progress line, this often
 PROGRESS = re.compile(r"received \d+/\d+ dead-letters \d+.*")  # as watch.Progress writes it
@@ -43,6 +44,7 @@ class Runner:
     child_stopped: bool = False  # the running child has had its SIGTERM
     # the harness a run starts: `make run`'s own
     harness: tuple[str, ...] = (sys.executable, "-m", "hvbench_harness.run")
+    recorded: Recorded | None = None  # REPLAY=: each run copied from there, none run
 
     def on_signal(self, signum, _frame) -> None:
         # The child runs in its own session (no terminal Ctrl-C reaches it twice): it gets one
@@ -78,7 +80,12 @@ class Runner:
         self.index.save()
         shown = ", ".join(f"{k}={v}" for k, v in point.settings.items() if v is not None)
         log(f"{position} {rid}: {shown}")
-        self.conclude(entry, self.launch(self.child_argv(point, rep, rid), rid))
+        if self.recorded is not None:
+            log_file = self.folder / "logs" / f"{rid}.log"
+            outcome = self.recorded.replay(point, rep, self.folder / rid, log_file)
+        else:
+            outcome = self.launch(self.child_argv(point, rep, rid), rid)
+        self.conclude(entry, outcome)
         log(f"{position} {rid}: {summary(entry)}")
         if entry["status"] == "interrupted":
             raise Interrupted
