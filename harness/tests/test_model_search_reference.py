@@ -144,11 +144,13 @@ def test_reference_must_be_true_or_false(tmp_path):
         campaign.load(path)
 
 
-def search_at(tried: dict, measured: dict) -> tuple[model_search.Search, SimpleNamespace]:
+def search_at(
+    tried: dict, measured: dict, repetitions: int = 1
+) -> tuple[model_search.Search, SimpleNamespace]:
     """A search of one point with these runs done (value → runs, value → their p99)."""
     point = SimpleNamespace(id="p01")
     found = ModelSearch(slo=SLO, knob="budget", values=VALUES, max_runs=None, reference=True)
-    plan = SimpleNamespace(search=found, points=[point], repetitions=1, target="bare")
+    plan = SimpleNamespace(search=found, points=[point], repetitions=repetitions, target="bare")
     runner = SimpleNamespace(campaign=plan, index=SimpleNamespace(doc={"search": {}}))
     search = model_search.Search(runner, log=print)
     search.tried = {("p01", v): n for v, n in tried.items()}
@@ -173,6 +175,36 @@ def test_an_advice_is_bracketed_by_a_miss_below_it_or_the_value_below_runs_next(
     # both starts met the SLO: the advice at the lower one lacks a run below it
     search, point = search_at({20_000: 1, 30_000: 1}, {20_000: [25.0], 30_000: [12.0]})
     assert not search.bracketed(point, 20_000) and search.to_measure(point, 20_000) == 10_000
+
+
+def test_the_simulators_advice_bracketed_by_runs_settles_the_search_at_once():
+    # the simulator advised 30 ms from the references; the runs at 30 and 20 ms (met, missed)
+    # make it the model's advice too: two sources agree, no more runs for stability
+    search, _ = search_at({20_000: 1, 30_000: 1}, {20_000: [45.0], 30_000: [12.0]})
+    search.simulated = {"p01": 30_000}
+    search.record["steps"] = [{"runs": 2, "advice": {"p01": 30_000.0}}]
+    assert search.settled()
+    search.simulated = {"p01": 40_000}  # they differ: the advice must stay over `stable` runs
+    assert not search.settled()
+    search.record["steps"] = [{"runs": n, "advice": {"p01": 30_000.0}} for n in (2, 3, 4)]
+    assert search.settled()
+    search.record["steps"][-1] = {"runs": 5, "advice": {"p01": "uncertain"}}
+    search.simulated = {"p01": 30_000}
+    assert not search.settled()  # an advice not known never settles
+
+
+def test_where_the_runs_and_the_simulator_disagree_the_smaller_value_runs_again():
+    ran, measured = {10_000: 1, 20_000: 1, 30_000: 1}, {10_000: [90.0], 20_000: [12.0]}
+    search, point = search_at(ran, measured, repetitions=2)
+    search.simulated = {"p01": 30_000}
+    assert search.disputed(point, 20_000) == 20_000  # one run met the SLO at 20 ms: again
+    search.record["steps"] = [{"runs": 4, "advice": {"p01": 20_000.0}}]
+    assert search.next_setting(None) == (point, 20_000)
+    search.tried[("p01", 20_000)] = 2  # every repetition ran: the runs decide
+    assert search.disputed(point, 20_000) is None
+    search.simulated = {"p01": 10_000}
+    assert search.disputed(point, 30_000) == 10_000  # the simulator's is the smaller: again
+    assert search.disputed(point, "uncertain") is None and search.disputed(point, 10_000) is None
 
 
 def test_on_xen_the_reference_is_rtds_with_the_whole_period_as_budget():

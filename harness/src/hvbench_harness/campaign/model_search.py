@@ -13,9 +13,10 @@ answer.
    interval's upper end lies the fewest of its standard deviations from the SLO: where the
    advice is decided; but first what an advice lacks in runs: a run at it, and below it a run
    that missed the SLO or else every repetition. A value runs at most `repetitions` times.
-3. The search stops when the advice of every point stayed the same over `stable` more runs
-   and runs bracket it, or after `max_runs` (default: the full grid's number), and saves the
-   model beside the runs.
+3. The search stops when runs bracket the advice of every point and it stayed the same over
+   `stable` more runs, or is the simulator's own (two sources agree: the simulator, from the
+   references alone, and the model of the runs); or after `max_runs` (default: the full
+   grid's number). It saves the model beside the runs.
 
 Every step (runs so far, the advice, the next setting) is kept in campaign.json; a resumed
 search replays the runs done before (the same fits choose the same settings) and goes on.
@@ -57,6 +58,7 @@ class Search:
         self.measured: dict[tuple[str, float], list[float]] = {}  # the SLO's statistic per run
         self.references: list[str] = []  # the traced runs without a reservation (reference)
         self.simulator: model.Simulator | None = None  # built once from them
+        self.simulated: dict[str, float] = {}  # point id → the simulator's advice
 
     def run(self) -> None:
         self.record["steps"] = []  # replayed from the runs done before
@@ -115,6 +117,7 @@ class Search:
         for point in self.campaign.points:
             advised = self.simulated_advice(simulator, point) if simulator else None
             if advised is not None:
+                self.simulated[point.id] = advised
                 starts[point.id] = [v for v in (advised, self.below(advised)) if v is not None]
         self.record["simulated_start"] = starts
         return starts
@@ -173,16 +176,18 @@ class Search:
         return advisor.advise(fitted, asked, self.slo, values)
 
     def settled(self) -> bool:
-        """The advice stayed the same over the last `stable` runs, is known, and every point's
-        advice was run, and so was the value below it (the advice rests on runs at both
-        sides, not on the model alone)."""
-        steps = self.record["steps"][-(self.search.stable + 1) :]
-        if len(steps) <= self.search.stable:
+        """Every point's advice is known and rests on runs at both sides (bracketed: not on
+        the model alone), and it stayed the same over the last `stable` runs or is what the
+        simulator advised from the references before any reservation ran."""
+        steps = self.record["steps"]
+        advice = steps[-1]["advice"]
+        known = not {"unknown", "uncertain"} & set(map(str, advice.values()))
+        if not (known and all(self.bracketed(p, advice[p.id]) for p in self.campaign.points)):
             return False
-        advice = [s["advice"] for s in steps]
-        known = not {"unknown", "uncertain"} & set(map(str, advice[0].values()))
-        bracketed = all(self.bracketed(p, advice[0][p.id]) for p in self.campaign.points)
-        return known and bracketed and all(a == advice[0] for a in advice)
+        if all(advice[p.id] == self.simulated.get(p.id) for p in self.campaign.points):
+            return True
+        recent = steps[-(self.search.stable + 1) :]
+        return len(recent) > self.search.stable and all(s["advice"] == advice for s in recent)
 
     def below(self, advised: float) -> float | None:
         """The search's value just below the advice; None at the smallest."""
@@ -225,6 +230,8 @@ class Search:
         advice = self.record["steps"][-1]["advice"]
         for point in self.campaign.points:
             value = self.to_measure(point, advice[point.id])
+            if value is None:
+                value = self.disputed(point, advice[point.id])
             if value is not None:
                 return point, value
         best, best_score = None, float("inf")
@@ -237,6 +244,15 @@ class Search:
                 if score < best_score:
                     best, best_score = (point, value), score
         return best
+
+    def disputed(self, point, advised: float | str | None) -> float | None:
+        """Where the runs' advice and the simulator's differ, the smaller of the two (the one
+        whose safety is in question) while it can run again; else None."""
+        simulated = self.simulated.get(point.id)
+        if simulated is None or not isinstance(advised, int | float) or advised == simulated:
+            return None
+        smaller = min(advised, simulated)
+        return smaller if self.open(point, smaller) else None
 
     def open(self, point, value: float) -> bool:
         return self.tried.get((point.id, value), 0) < self.campaign.repetitions
