@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from hvbench_analysis import results
+from hvbench_analysis.campaign import summary
 from hvbench_harness import campaign
 from test_campaign import FAKE, run_args, write
 
@@ -50,6 +51,8 @@ def test_each_run_is_the_recorded_run_of_its_settings_and_repetition(tmp_path, r
     folder = tmp_path / "replay" / "results" / "replayed"
     index = json.loads((folder / "campaign.json").read_text())
     assert len(index["runs"]) == 4 and {e["status"] for e in index["runs"]} == {"done"}
+    assert index["replayed_from"] == str(recorded)
+    assert f"Replayed: every run is a copy of a run of {recorded}" in summary(index)
     for entry in index["runs"]:
         meta = results.read_meta(folder / entry["run_id"])
         assert meta["run_id"] == entry["run_id"]  # the new id, the rest the recorded run's

@@ -61,14 +61,17 @@ def status_counts(doc: dict) -> dict[str, int]:
 
 
 def summary(doc: dict) -> str:
-    """One sentence: name, file, target, order, repetitions and the runs by status."""
+    """One sentence: name, file, target, order, repetitions and the runs by status; and, for
+    a replayed campaign, the recorded one its runs are copies of."""
     counts = status_counts(doc)
     by_status = ", ".join(f"{n} {status}" for status, n in counts.items()) or "none listed"
+    replayed = doc.get("replayed_from")
     return (
         f"Campaign {doc.get('campaign') or '(unnamed)'} from {doc.get('file') or '(no file)'}: "
         f"target {doc.get('target')}, order {doc.get('order')}, repetitions "
         f"{doc.get('repetitions')}, last updated {doc.get('updated_at')}. "
         f"Runs: {sum(counts.values())} ({by_status})."
+        + (f" Replayed: every run is a copy of a run of {replayed}; none ran." if replayed else "")
     )
 
 

@@ -107,6 +107,8 @@ def run_held(
     if harness:
         runner.harness = harness
     runner.recorded = recorded
+    if recorded is not None:  # the index says its runs are copies (the report shows it)
+        index.doc["replayed_from"] = str(recorded.folder)
     replayed = f"; replayed from {recorded.folder}, nothing runs" if recorded else ""
     log(f"campaign {campaign.name}: {describe(campaign)}; index {index.path}{replayed}")
     handlers = {s: signal.signal(s, runner.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
