@@ -91,3 +91,28 @@ def test_a_replay_from_no_campaign_another_target_or_its_own_folder_is_refused(t
         replay(tmp_path, grid("c"), own, "c")
     # refused before anything was written
     assert not (tmp_path / "replay" / "results").exists()
+
+
+def test_a_recorded_index_whose_run_id_is_a_path_is_refused(tmp_path, recorded):
+    # a run id becomes the folder copied: `../outside` would copy a folder outside the campaign
+    index = json.loads((recorded / "campaign.json").read_text())
+    index["runs"][0]["run_id"] = "../outside"
+    (recorded / "campaign.json").write_text(json.dumps(index))
+    with pytest.raises(campaign.CampaignError, match=r"'\.\./outside' is not a name"):
+        replay(tmp_path, grid("replayed"), recorded)
+    index["runs"][0] |= {"run_id": "p01-b20000-r1", "settings": None}
+    (recorded / "campaign.json").write_text(json.dumps(index))
+    with pytest.raises(campaign.CampaignError, match="without its settings or repetition"):
+        replay(tmp_path, grid("replayed"), recorded)
+    assert not (tmp_path / "replay" / "results").exists()
+
+
+def test_a_recorded_run_that_cannot_be_read_fails_that_run_and_the_rest_go_on(tmp_path, recorded):
+    (recorded / "p02-b40000-r2" / "meta.json").write_text("{not json")
+    assert replay(tmp_path, grid("replayed"), recorded) == 1
+    folder = tmp_path / "replay" / "results" / "replayed"
+    index = json.loads((folder / "campaign.json").read_text())
+    failed = [e for e in index["runs"] if e["status"] != "done"]
+    assert [e["run_id"] for e in failed] == ["p02-b40000-r2"]
+    assert "p02-b40000-r2 could not be replayed: meta.json is not valid JSON" in failed[0]["reason"]
+    assert len([e for e in index["runs"] if e["status"] == "done"]) == 3

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hvbench_agent.names import BadName, check_name
 from hvbench_analysis import results as results_contract
 
 from hvbench_harness.campaign.file import Campaign, CampaignError, Point
@@ -52,12 +53,7 @@ class Recorded:
                 f"REPLAY={folder} ran on {doc.get('target')}; {campaign.file} runs on "
                 f"{campaign.target}"
             )
-        runs = {
-            (settings_key(e["settings"]), e["rep"]): e["run_id"]
-            for e in doc["runs"]
-            if e["status"] == "done"
-        }
-        return cls(folder, runs)
+        return cls(folder, finished_runs(folder, doc))
 
     def replay(self, point: Point, rep: int, results: Path, log_file: Path) -> tuple[int, float]:
         """The recorded run of point's settings and repetition rep, copied to results (its
@@ -72,9 +68,33 @@ class Recorded:
                 f"make run: {self.folder} has no finished run of {shown}, repetition {rep}\n"
             )
             return 1, time.monotonic() - started
-        shutil.copytree(self.folder / recorded, results, symlinks=True)
-        meta = results_contract.read_meta(results)
-        meta.update(run_id=results.name, replayed_from=str(self.folder / recorded))
-        results_contract.rewrite_meta(results, meta)
-        log_file.write_text(f"replayed: a copy of {self.folder / recorded}\n")
+        source = self.folder / recorded
+        try:
+            shutil.copytree(source, results, symlinks=True)
+            meta = results_contract.read_meta(results)
+            meta.update(run_id=results.name, replayed_from=str(source))
+            results_contract.rewrite_meta(results, meta)
+        except (OSError, results_contract.ResultsError) as e:  # what was copied is set aside
+            log_file.write_text(f"make run: {source} could not be replayed: {e}\n")
+            return 1, time.monotonic() - started
+        log_file.write_text(f"replayed: a copy of {source}\n")
         return 0, time.monotonic() - started
+
+
+def finished_runs(folder: Path, doc: dict) -> dict[tuple[str, int], str]:
+    """The index's finished runs, (settings, repetition) → run id; CampaignError for an entry
+    that is not one, or whose run id is not a name (it becomes a path: `../x` would copy a
+    folder outside the campaign)."""
+    runs = {}
+    for entry in doc.get("runs") or []:
+        if not isinstance(entry, dict) or entry.get("status") != "done":
+            continue
+        settings, rep, run_id = entry.get("settings"), entry.get("rep"), entry.get("run_id")
+        try:
+            if not isinstance(settings, dict) or not isinstance(rep, int):
+                raise BadName(f"a finished run without its settings or repetition: {entry}")
+            check_name(run_id, "a run's id")
+        except BadName as e:
+            raise CampaignError(f"REPLAY={folder}: {e}") from None
+        runs[(settings_key(settings), rep)] = run_id
+    return runs
