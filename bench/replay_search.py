@@ -7,7 +7,8 @@ a lot, so this replays the search once per assignment of repetitions: at each ra
 recorded repetitions rotated (with two: as recorded, or swapped), every combination over the
 rates. Each replay reads a copy of the grid's index with the repetitions renumbered and links
 to its run folders; nothing runs. Printed: per order, the search's runs and its advice per
-point. Not a test, nor part of `make bench` (it needs a recorded grid).
+point, with the SLO's statistic of each run at the advice and whether they confirm it. Not a
+test, nor part of `make bench` (it needs a recorded grid).
 
     python bench/replay_search.py campaigns/search-simulated-deadline-bare.yml \\
         results/simulate-validate-bare
@@ -60,12 +61,17 @@ def replayed(campaign_file: str, grid: Path, shifts: dict[float, int], scratch: 
     return json.loads(out.read_text())["search"]
 
 
-def advice_of(record: dict) -> dict[str, float | str | None]:
-    found = {}
+def advice_of(record: dict) -> str:
+    """Each point's advice and its runs' statistic at it, e.g. p01 8000 (5.60, 6.10 held)."""
+    shown = []
     for point, state in record["points"].items():
         advice = state.get("advice")
-        found[point] = advice.get("value") if isinstance(advice, dict) else advice
-    return found
+        value = advice.get("value") if isinstance(advice, dict) else advice
+        confirmation = state.get("confirmation") or {}
+        measured = ", ".join(f"{m:.2f}" for m in confirmation.get("measured", []))
+        verdict = "held" if confirmation.get("held") else "not confirmed"
+        shown.append(f"{point} {value} ({measured or 'no run'} {verdict})")
+    return "; ".join(shown)
 
 
 def main() -> int:

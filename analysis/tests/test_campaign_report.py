@@ -355,3 +355,37 @@ def test_band_figure_draws_single_runs_as_plain_lines():
         "one run (1 run, n=2,000)",
         "95 % interval over runs",
     ]
+
+
+def model_search_doc(confirmation: dict | None, confirm=2) -> dict:
+    point = {"settings": {"sched": "deadline", "budget": None, "period": 100000, "send_ms": 100.0},
+             "runs": ["a", "b"], "advice": {"value": 8000}}  # fmt: skip
+    if confirmation is not None:
+        point["confirmation"] = confirmation
+    search = {"method": "model", "knob": "budget", "slo": "p99 <= 30", "values": [4000, 8000],
+              "stable": 2, "reference": True, "confirm": confirm, "runs": 9, "grid_runs": 24,
+              "model": "m", "points": {"p01": point}, "steps": []}  # fmt: skip
+    return {"target": "bare", "search": search}
+
+
+def test_the_model_search_table_says_how_the_runs_at_the_advice_confirm_it():
+    held = {"needed": 2, "measured": [5.04, 13.66], "held": True}
+    table = campaign.model_search_table(model_search_doc(held))
+    assert table["Advice"][0] == (
+        "budget 8000; confirmed: 2 runs at it met p99 <= 30 (5.04, 13.66 ms)"
+    )
+    missed = {"needed": 2, "measured": [12.0, 31.5], "held": False}
+    table = campaign.model_search_table(model_search_doc(missed))
+    assert table["Advice"][0] == (
+        "budget 8000; not confirmed: 2 runs within p99 <= 30 asked for, at it: 12.00, 31.50 ms"
+    )
+    # one run asked for (confirm: 1), or a search recorded before confirm: the advice alone
+    one = {"needed": 1, "measured": [5.0], "held": True}
+    for doc in (model_search_doc(one, confirm=1), model_search_doc(None, confirm=None)):
+        assert campaign.model_search_table(doc)["Advice"][0] == "budget 8000"
+    text = campaign.model_search_summary(model_search_doc(held))
+    assert "each point started at the simulator's advice and the value below it" in text
+    assert "stayed the same over 2 more runs or was the simulator's own" in text
+    assert "and 2 runs at each advice met the SLO." in text
+    text = campaign.model_search_summary(model_search_doc(None, confirm="two"))
+    assert "runs at each advice" not in text

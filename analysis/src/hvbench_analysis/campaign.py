@@ -152,13 +152,15 @@ def model_search_table(doc: dict) -> pd.DataFrame:
         record = _mapping(record)
         found = _mapping(record.get("advice"))
         at = _mapping(found.get("predicted"))
+        advised = advice_cell(search.get("knob"), record.get("advice"))
+        confirmed = confirmation_text(search.get("slo"), record.get("confirmation"))
         rows.append(
             {
                 "Point": point,
                 "Configuration": settings_label(record.get("settings"), doc.get("target")),
                 "SLO": search.get("slo"),
                 "Runs": len(record.get("runs") or []),
-                "Advice": advice_cell(search.get("knob"), record.get("advice")),
+                "Advice": "; ".join(filter(None, (advised, confirmed))),
                 "Predicted at the advice (ms) [90 %]": (
                     f"{_number(at.get('median'), '.2f')} [{_number(at.get('lo'), '.2f')}, "
                     f"{_number(at.get('hi'), '.2f')}]"
@@ -180,16 +182,45 @@ def advice_cell(knob, advice) -> str:
     return str(advice or "search unfinished")
 
 
+def confirmation_text(slo, confirmation) -> str:
+    """How the runs at the advice confirm it, e.g. "confirmed: 2 runs at it met p99 <= 30
+    (5.04, 13.66 ms)";
+    nothing where the search asked for no run beyond the one at the advice (`confirm: 1`, or a
+    search recorded before `confirm`)."""
+    if not isinstance(confirmation, dict) or _whole(confirmation.get("needed")) < 2:
+        return ""
+    measured = confirmation.get("measured") or []
+    shown = ", ".join(_number(m, ".2f") for m in measured)
+    if confirmation.get("held"):
+        return f"confirmed: {len(measured)} runs at it met {slo} ({shown} ms)"
+    needed = _number(confirmation.get("needed"))
+    at_it = f"{shown} ms" if shown else "none"
+    return f"not confirmed: {needed} runs within {slo} asked for, at it: {at_it}"
+
+
 def model_search_summary(doc: dict) -> str:
     search = _mapping(doc.get("search"))
+    confirm = search.get("confirm")
+    starts = (
+        "After a traced reference at each rate, each point started at the simulator's advice "
+        "and the value below it; each run after those"
+        if search.get("reference")
+        else "Each run after the first three per point"
+    )
     return (
         f"A model search over {len(search.get('values') or [])} {search.get('knob')} values "
         f"for {search.get('slo')}: {_number(search.get('runs'))} runs, where the full grid "
-        f"takes {_number(search.get('grid_runs'))}. Each run after the first three per point "
+        f"takes {_number(search.get('grid_runs'))}. {starts} "
         "went where the model was least certain of the advice; the search stopped once the "
-        f"advice stayed the same over {_number(search.get('stable'))} more runs. The model is "
-        f"in {search.get('model')}."
+        f"advice stayed the same over {_number(search.get('stable'))} more runs"
+        + (" or was the simulator's own" if search.get("reference") else "")
+        + (f", and {confirm} runs at each advice met the SLO" if _whole(confirm) > 1 else "")
+        + f". The model is in {search.get('model')}."
     )
+
+
+def _whole(value) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def sustainable_text(record: dict) -> str:

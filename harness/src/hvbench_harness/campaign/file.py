@@ -28,7 +28,8 @@ SEARCH_METHODS = ("linear", "binary")
 TOP_KEYS = {"description", "target", "repetitions", "order", "seed", "settings", "grid"}
 TOP_KEYS |= {"points", "search"}
 SEARCH_KEYS = {"slo_p99_ms", "rates_per_s", "method", "duration_s"}
-MODEL_SEARCH_KEYS = {"method", "slo", "knob", "values", "max_runs", "stable", "reference"}
+MODEL_SEARCH_KEYS = {"method", "slo", "knob", "values", "max_runs", "stable", "reference",
+                     "confirm"}  # fmt: skip
 KNOBS = ("budget", "cap", "weight")
 # A point's scheduler settings, which its model search's reference run leaves out.
 RESERVATION = ("sched", "budget", "period", "priority", "extratime", "weight", "cap", "tslice_us",
@@ -51,6 +52,10 @@ class CampaignError(ValueError):
 class Point:
     id: str
     settings: dict  # campaign setting names → values (None: not set)
+
+    def shown(self) -> str:
+        """The settings set, as a log line shows them: records=1500, sched=deadline, …"""
+        return ", ".join(f"{k}={v}" for k, v in self.settings.items() if v is not None)
 
     def send_ms(self) -> float:
         return float(self.settings.get("send_ms", 100.0))
@@ -113,6 +118,9 @@ class ModelSearch:
     # first a traced run without a reservation at each rate, and each point starts at the
     # value the reservation simulator advises from it (docs/simulate.md)
     reference: bool = False
+    # runs at each point's advice that must meet the SLO before the search stops: 1, the run
+    # that brackets it; 2, that run and one more (a confirming run)
+    confirm: int = 1
 
 
 @dataclass
@@ -186,6 +194,9 @@ def load(path: str | Path) -> Campaign:
     except BadName as e:
         errors.append(str(e))
     search = _search(definition.get("search"), errors)
+    confirm = search.confirm if isinstance(search, ModelSearch) else 1
+    if _positive(confirm) and confirm > repetitions:  # a value runs at most `repetitions` times
+        errors.append(f"search: confirm ({confirm}) cannot exceed repetitions ({repetitions})")
     points = _points(definition, search, errors)
     campaign = Campaign(
         name=path.stem,
@@ -345,14 +356,18 @@ def _model_search(value: dict, errors: list[str]) -> ModelSearch:
         errors.append("search: values must list at least 3 positive numbers, ascending")
         values = []
     max_runs, stable = value.get("max_runs"), value.get("stable", 2)
-    for name, number in (("max_runs", max_runs), ("stable", stable)):
-        if number is not None and (not _positive(number) or not isinstance(number, int)):
+    confirm = value.get("confirm", 1)
+    whole = {"max_runs": max_runs} if max_runs is not None else {}  # None: the full grid
+    for name, number in (whole | {"stable": stable, "confirm": confirm}).items():
+        if not _positive(number) or not isinstance(number, int):
             errors.append(f"search: {name} must be a whole number ≥ 1, not {number!r}")
     reference = value.get("reference", False)
     if not isinstance(reference, bool):
         errors.append(f"search: reference must be true or false, not {reference!r}")
     slo = str(value.get("slo"))
-    return ModelSearch(slo, knob, values, max_runs, stable, reference=reference is True)
+    return ModelSearch(
+        slo, knob, values, max_runs, stable, reference=reference is True, confirm=confirm
+    )
 
 
 def _positive(value) -> bool:

@@ -15,8 +15,10 @@ answer.
    that missed the SLO or else every repetition. A value runs at most `repetitions` times.
 3. The search stops when runs bracket the advice of every point and it stayed the same over
    `stable` more runs, or is the simulator's own (two sources agree: the simulator, from the
-   references alone, and the model of the runs); or after `max_runs` (default: the full
-   grid's number). It saves the model beside the runs.
+   references alone, and the model of the runs), and `confirm` runs at each advice met the SLO
+   (with `confirm: 2`, a confirming run follows the one that bracketed it; an advice whose
+   runs cannot confirm it, one having missed, is recorded as not confirmed); or after
+   `max_runs` (default: the full grid's number). It saves the model beside the runs.
 
 Every step (runs so far, the advice, the next setting) is kept in campaign.json; a resumed
 search replays the runs done before (the same fits choose the same settings) and goes on.
@@ -27,6 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hvbench_analysis import model
+from hvbench_analysis.campaign import confirmation_text
 from hvbench_analysis.load import load_runs, run_dirs
 from hvbench_analysis.model import advice as advisor
 
@@ -177,14 +180,19 @@ class Search:
 
     def settled(self) -> bool:
         """Every point's advice is known and rests on runs at both sides (bracketed: not on
-        the model alone), and it stayed the same over the last `stable` runs or is what the
-        simulator advised from the references before any reservation ran."""
+        the model alone), no advice waits for a confirming run (to_confirm), and either it
+        stayed the same over the last `stable` runs, or it is what the simulator advised from
+        the references before any reservation ran and its runs confirm it."""
         steps = self.record["steps"]
         advice = steps[-1]["advice"]
         known = not {"unknown", "uncertain"} & set(map(str, advice.values()))
-        if not (known and all(self.bracketed(p, advice[p.id]) for p in self.campaign.points)):
+        points = self.campaign.points
+        if not (known and all(self.bracketed(p, advice[p.id]) for p in points)):
             return False
-        if all(advice[p.id] == self.simulated.get(p.id) for p in self.campaign.points):
+        if any(self.to_confirm(p, advice[p.id]) is not None for p in points):
+            return False
+        if all(advice[p.id] == self.simulated.get(p.id) and self.confirmed(p, advice[p.id])
+               for p in points):  # fmt: skip
             return True
         recent = steps[-(self.search.stable + 1) :]
         return len(recent) > self.search.stable and all(s["advice"] == advice for s in recent)
@@ -210,6 +218,25 @@ class Search:
         ran = (point.id, advised) in self.tried
         return ran and (below is None or missed or not self.open(point, below))
 
+    def at_advice(self, point, advised: float | str | None) -> list[float]:
+        """The SLO's statistic of each run at the advice (none without an advice value)."""
+        if not isinstance(advised, int | float):
+            return []
+        return self.measured.get((point.id, advised), [])
+
+    def confirmed(self, point, advised: float | str | None) -> bool:
+        """`confirm` runs at the advice, every one within the SLO."""
+        found = self.at_advice(point, advised)
+        return len(found) >= self.search.confirm and max(found) <= self.slo.limit_ms
+
+    def to_confirm(self, point, advised: float | str | None) -> float | None:
+        """The advice again, where it lacks a confirming run and can run again; else None."""
+        if not isinstance(advised, int | float) or self.confirmed(point, advised):
+            return None
+        if any(r > self.slo.limit_ms for r in self.at_advice(point, advised)):
+            return None  # a run there missed: the model, not another run, decides
+        return advised if self.open(point, advised) else None
+
     def to_measure(self, point, advised: float | str | None) -> float | None:
         """The run an advice lacks to be bracketed: at the advice if none ran there; else
         below it, while that value can run again; without an advice value, the next above the
@@ -224,14 +251,16 @@ class Search:
         return below if self.open(point, below) else None
 
     def next_setting(self, fitted: model.Model | None):
-        """What an advice still lacks in runs (to_measure); else the (point, value) least
-        certain near the SLO; without a model, the value farthest from those run. None when
-        every value ran its repetitions."""
+        """What an advice still lacks in runs (to_measure, disputed, then to_confirm once
+        bracketed); else the (point, value) least certain near the SLO; without a model, the
+        value farthest from those run. None when every value ran its repetitions."""
         advice = self.record["steps"][-1]["advice"]
         for point in self.campaign.points:
             value = self.to_measure(point, advice[point.id])
             if value is None:
                 value = self.disputed(point, advice[point.id])
+            if value is None and self.bracketed(point, advice[point.id]):
+                value = self.to_confirm(point, advice[point.id])
             if value is not None:
                 return point, value
         best, best_score = None, float("inf")
@@ -295,5 +324,16 @@ class Search:
                 self.record["points"][point.id]["advice"] = f"none: {e}"
                 continue
             self.record["points"][point.id]["advice"] = found.as_dict()
-            self.log(f"{point.id}: {advisor.advice_text(found)}")
+            confirmation = self.confirmation(point, found.value)
+            self.record["points"][point.id]["confirmation"] = confirmation
+            confirmed = confirmation_text(self.search.slo, confirmation)
+            shown = advisor.advice_text(found) + (f" ({confirmed})" if confirmed else "")
+            self.log(f"{point.id}: {shown}")
         self.runner.index.save()
+
+    def confirmation(self, point, advised: float | None) -> dict:
+        """The runs at the final advice: their SLO statistic, how many the search asks for
+        (`confirm`) and whether they confirm it."""
+        found = self.at_advice(point, advised)
+        held = self.confirmed(point, advised)
+        return {"needed": self.search.confirm, "measured": found, "held": held}

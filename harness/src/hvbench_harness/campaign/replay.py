@@ -63,10 +63,8 @@ class Recorded:
         log_file.parent.mkdir(exist_ok=True)
         recorded = self.runs.get((settings_key(point.settings), rep))
         if recorded is None:
-            shown = ", ".join(f"{k}={v}" for k, v in point.settings.items() if v is not None)
-            log_file.write_text(
-                f"make run: {self.folder} has no finished run of {shown}, repetition {rep}\n"
-            )
+            log_file.write_text(f"make run: {self.folder} has no finished run of "
+                                f"{point.shown()}, repetition {rep}\n")  # fmt: skip
             return 1, time.monotonic() - started
         source = self.folder / recorded
         try:

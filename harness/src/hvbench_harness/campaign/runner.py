@@ -78,8 +78,7 @@ class Runner:
             log(f"{position} {rid}: again (last time {entry['status']}: {entry['reason']})")
         entry.update(status="running", reason=None, started_at=now(), ended_at=None)
         self.index.save()
-        shown = ", ".join(f"{k}={v}" for k, v in point.settings.items() if v is not None)
-        log(f"{position} {rid}: {shown}")
+        log(f"{position} {rid}: {point.shown()}")
         if self.recorded is not None:
             log_file = self.folder / "logs" / f"{rid}.log"
             outcome = self.recorded.replay(point, rep, self.folder / rid, log_file)
