@@ -213,6 +213,13 @@ def test_where_the_runs_and_the_simulator_disagree_the_smaller_value_runs_again(
     assert search.disputed(point, "uncertain") is None and search.disputed(point, 10_000) is None
 
 
+def test_the_plan_says_each_advice_is_confirmed(tmp_path):
+    path = tmp_path / "confirmed.yml"
+    path.write_text(yaml.safe_dump(definition()))
+    text = campaign.describe(campaign.load(path))
+    assert "at most 32 runs (the full grid: 32), each advice confirmed by 2 runs" in text
+
+
 def test_with_confirm_2_the_advice_runs_again_before_the_search_settles():
     # bracketed (20 ms missed, 30 ms met) and the simulator's own: one run at it is not enough
     search, point = search_at({20_000: 1, 30_000: 1}, {20_000: [45.0], 30_000: [12.0]},

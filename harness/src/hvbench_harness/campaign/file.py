@@ -419,6 +419,7 @@ def describe(campaign: Campaign) -> str:
         what = (
             f"{len(campaign.points)} point(s), model search over {len(s.values)} {s.knob} "
             f"values for {s.slo}: at most {runs} runs (the full grid: {grid})"
+            + (f", each advice confirmed by {s.confirm} runs" if s.confirm > 1 else "")
         )
         send_s = max(p.expected_send_s() for p in campaign.points) * runs
     elif campaign.search:
