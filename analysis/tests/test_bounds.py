@@ -79,6 +79,22 @@ def test_each_backends_readback_is_read():
     )
 
 
+def test_each_vcpus_reservation_is_read_back_with_its_number():
+    # the simulator serves each vCPU with its own: vCPU 0 is not under SCHED_DEADLINE here
+    dl = {"policy": "SCHED_DEADLINE", "runtime_ns": 30_000_000, "period_ns": 50_000_000}
+    kvm = {"vcpus": [{"vcpu": 0, "thread": {"policy": "SCHED_OTHER"}, "cpu_max": "max 100000"},
+                     {"vcpu": 1, "thread": dl, "cpu_max": "20000 100000"}]}  # fmt: skip
+    xen = {"sched": "rtds", "vcpus": [
+        {"vcpu": v, "budget_us": 40, "period_us": 100, "extratime": 0} for v in (0, 1)
+    ]}  # fmt: skip
+    numbers = {
+        (target, sched): [r["vcpu"] for r in bounds.read_back(target, sched, {"readback": rb})]
+        for target, sched, rb in (("kvm", "deadline", kvm), ("kvm", "cfs", kvm),
+                                  ("xen", "rtds", xen))
+    }  # fmt: skip
+    assert numbers == {("kvm", "deadline"): [1], ("kvm", "cfs"): [0, 1], ("xen", "rtds"): [0, 1]}
+
+
 def test_the_setting_read_back_is_preferred_over_the_requested():
     tags = {"target": "xen", "sched": "rtds", "budget": 77_500, "period": 100_000}
     vcpus = [

@@ -55,3 +55,28 @@ def test_autocorrelation_of_alike_and_alternating_demands():
     assert demand.autocorrelation([1, 2, 3, 4, 5, 6]) > 0.99
     assert demand.autocorrelation([1, 5, 1, 5, 1, 5]) < -0.99
     assert math.isnan(demand.autocorrelation([3, 3, 3, 3]))
+
+
+def test_a_testbeds_vcpus_get_a_column_each_by_their_number():
+    """KVM's vCPU threads 900 and 901 are vCPUs 1 and 0; record 0's window is 0–10."""
+    traced = spans([(900, "blocked", 0, 1), (900, "running", 1, 4), (901, "running", 5, 7),
+                    (901, "blocked", 7, 20)])  # fmt: skip
+    traced["comm"] = traced["tid"].map({900: "CPU 1/KVM", 901: "CPU 0/KVM"})
+    samples = pd.DataFrame(
+        {"detector": ["a"], "seq": [0], "sent_ns": [0], "received_ns": [10], "latency_ns": [10]}
+    )
+    table = demand.record_demands(traced, samples)
+    assert table["vcpu_ns:0"].tolist() == table["cpu_ns:901"].tolist() == [2]
+    assert table["vcpu_ns:1"].tolist() == table["cpu_ns:900"].tolist() == [3]
+    assert list(demand.vcpu_columns(table)) == [0, 1]
+    # a job's threads (a bare run's trace) are not vCPUs: no vCPU columns
+    job = spans([(1, "blocked", 0, 1), (1, "running", 1, 4), (1, "blocked", 4, 20)])
+    assert not demand.vcpu_columns(demand.record_demands(job, samples))
+
+
+def test_a_vcpu_is_known_by_the_name_the_testbeds_trace_gives_it():
+    assert [demand.vcpu_of(n) for n in ("CPU 0/KVM", "CPU 12/KVM", "d5v1", "d12v3")] == [
+        0, 12, 1, 3
+    ]  # fmt: skip
+    for name in ("java", "CPU 1/KVMx", "xd5v0", "d5v", "Source Data Fetcher", ""):
+        assert demand.vcpu_of(name) is None, name

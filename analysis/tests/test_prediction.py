@@ -91,3 +91,43 @@ def test_the_queued_share_is_measured_in_held_back_runs_with_enough_queued_recor
     assert prediction.held_back_share([held], reference) == pytest.approx(0.25)  # 0.5 of 2
     assert prediction.held_back_share([held.iloc[:150]], reference) is None  # 75 queued
     assert prediction.held_back_share([], reference) is None
+
+
+def on_two_vcpus() -> pd.DataFrame:
+    """One record from 0: 30 ms of CPU on vCPU 0, 10 ms on vCPU 1, 45 ms measured."""
+    return one_record(40).assign(
+        latency_ns=45 * MS, **{"vcpu_ns:0": [30 * MS], "vcpu_ns:1": [10 * MS]}
+    )
+
+
+def test_each_vcpu_is_its_own_server_and_their_delays_add_up():
+    # 15 ms per 100 ms on each vCPU: vCPU 0's 30 ms run 0–15 and 100–115 (85 ms more than
+    # alone), vCPU 1's 10 ms fit. One server for the 40 ms together would run them 0–15,
+    # 100–115 and 200–210: 170 ms more
+    each = [{"budget_us": 15_000, "period_us": 100_000}]
+    for target, sched in (("kvm", "deadline"), ("kvm", "cfs"), ("xen", "rtds")):
+        late = prediction.predicted(on_two_vcpus(), target, sched, each)
+        assert late["latency_ns"].tolist() == [(45 + 85) * MS], (target, sched)
+    summed = prediction.predicted(on_two_vcpus().drop(columns=["vcpu_ns:0", "vcpu_ns:1"]),
+                                  "kvm", "deadline", each)  # fmt: skip
+    assert summed["latency_ns"].tolist() == [(45 + 170) * MS]
+
+
+def test_each_vcpu_is_served_by_its_own_reservation_as_read_back():
+    # read back in another order: vCPU 0 has 15 ms (its 30 ms wait: 85 ms more), vCPU 1 35 ms
+    found = [{"budget_us": 35_000, "period_us": 100_000, "vcpu": 1},
+             {"budget_us": 15_000, "period_us": 100_000, "vcpu": 0}]  # fmt: skip
+    late = prediction.predicted(on_two_vcpus(), "kvm", "deadline", found)
+    assert late["latency_ns"].tolist() == [(45 + 85) * MS]
+    # only vCPU 1 under SCHED_DEADLINE: vCPU 0 has no reservation and adds nothing
+    late = prediction.predicted(on_two_vcpus(), "kvm", "deadline", found[:1])
+    assert late["latency_ns"].tolist() == [45 * MS]
+    served = prediction.served(on_two_vcpus(), "kvm", "deadline", found)
+    assert served == [("vcpu_ns:0", found[1]), ("vcpu_ns:1", found[0])]
+
+
+def test_a_domains_cap_and_neighbours_serve_the_jobs_cpu_time_together():
+    cap = [{"cap": 50}]
+    assert prediction.served(on_two_vcpus(), "xen", "credit", cap) == [("cpu_ns", cap[0])]
+    beside = [{"budget_us": 15_000, "period_us": 100_000, "beside": [{"budget_us": 1}]}]
+    assert prediction.served(on_two_vcpus(), "xen", "rtds", beside) == [("cpu_ns", beside[0])]

@@ -33,7 +33,7 @@ from hostvm import (
     build_image,
     run_playbook,
 )
-from hvbench_analysis import sched_trace
+from hvbench_analysis import demand, sched_trace
 from hvbench_analysis.results import BASELINE
 from hvbench_harness import hardware, hosttrace
 from hvbench_harness.runspec import RunSpec
@@ -774,6 +774,8 @@ def assert_the_vcpus_trace_is_aligned_and_read(run: Path, meta: dict) -> None:
     spans, samples = explained["spans"], explained["samples"]
     # on the run's clock: the vCPU's states lie within the minutes around the records
     assert samples["sent_ns"].min() - 120e9 < spans["start_ns"].min() < samples["sent_ns"].max()
+    # the simulator's demand per vCPU: the vCPU thread, named as QEMU names it, a column
+    assert list(demand.vcpu_columns(demand.record_demands(spans, samples))) == [0]
 
 
 def comm_of(pid: int) -> str:

@@ -42,7 +42,7 @@ from hostvm import (
     run_playbook,
 )
 from hvbench_agent import neighbours
-from hvbench_analysis import results, sched_trace, synthetic
+from hvbench_analysis import demand, results, sched_trace, synthetic
 from hvbench_harness import hardware, readiness
 from hvbench_harness.neighbours import TestbedNoise
 from hvbench_harness.testbed import Machine, Testbed
@@ -653,6 +653,9 @@ def test_a_trace_of_the_real_time_domains_vcpus_is_captured_aligned_and_read(hos
     explained = sched_trace.run_explanation(run, meta, deadline_ms=None)
     assert explained is not None and explained["summary"]["aligned by"] == "xen pv tsc"
     assert len(explained["spans"]) == len(spans)
+    # the simulator's demand per vCPU: each vCPU, named as xentrace's lines name it, a column
+    table = demand.record_demands(explained["spans"], explained["samples"])
+    assert list(demand.vcpu_columns(table)) == [0, 1], list(table)
 
 
 def test_a_setting_the_host_cannot_take_is_refused_and_changes_nothing(host):

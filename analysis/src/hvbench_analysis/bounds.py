@@ -148,7 +148,9 @@ def xen_rtds(readback: dict) -> list[dict] | None:
     if readback.get("sched") != "rtds":
         return None
     keys = ("budget_us", "period_us", "extratime")
-    return [{key: vcpu[key] for key in keys} for vcpu in readback["vcpus"]]
+    return [
+        {**{key: vcpu[key] for key in keys}, "vcpu": vcpu.get("vcpu")} for vcpu in readback["vcpus"]
+    ]
 
 
 def xen_cap(readback: dict) -> list[dict]:
@@ -165,7 +167,11 @@ def deadline_threads(threads: list[dict]) -> list[dict]:
 
 
 def kvm_deadline(readback: dict) -> list[dict]:
-    return deadline_threads([vcpu.get("thread") for vcpu in readback["vcpus"]])
+    """Each vCPU thread's SCHED_DEADLINE reservation, with its vCPU's number (`vcpu`)."""
+    found = []
+    for vcpu in readback["vcpus"]:
+        found += [{**r, "vcpu": vcpu.get("vcpu")} for r in deadline_threads([vcpu.get("thread")])]
+    return found
 
 
 def kvm_cfs(readback: dict) -> list[dict]:
@@ -174,7 +180,7 @@ def kvm_cfs(readback: dict) -> list[dict]:
     for vcpu in readback["vcpus"]:
         quota, period = str(vcpu["cpu_max"]).split()
         budget = -1 if quota == "max" else int(quota)
-        found.append({"budget_us": budget, "period_us": int(period)})
+        found.append({"budget_us": budget, "period_us": int(period), "vcpu": vcpu.get("vcpu")})
     return found
 
 

@@ -4,7 +4,8 @@ A record is the job's from the moment the previous record left the job's last th
 its own send, if later) until it is received: the job handles records in order, one after
 another (`from_ns`: where its window starts). Within that window, the CPU time the job's
 threads spent running (`cpu_ns`, summed over the threads: two of them may run at once on two
-CPUs; each thread's own in `cpu_ns:<thread id>`) is its demand; the time any of them
+CPUs; each thread's own in `cpu_ns:<thread id>`; on a testbed, where the traced threads are the
+real-time VM's vCPUs, each vCPU's also in `vcpu_ns:<vCPU>`) is its demand; the time any of them
 waited for a CPU (`runnable_ns`) is what the scheduler withheld; the rest of its latency
 (`other_ns`: the Kafka hops, the waits on I/O and timers) is what the CPU did not decide.
 
@@ -14,6 +15,8 @@ waited for a CPU (`runnable_ns`) is what the scheduler withheld; the rest of its
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -22,6 +25,24 @@ from hvbench_analysis import sched_trace
 COLUMNS = ["detector", "seq", "sent_ns", "received_ns", "latency_ns", "from_ns", "cpu_ns",
            "runnable_ns", "other_ns"]  # fmt: skip
 THREAD_CPU = "cpu_ns:"  # + a thread's id: that thread's running time in the window
+VCPU_CPU = "vcpu_ns:"  # + a vCPU's number: that vCPU's running time in the window
+# How a testbed's trace names a vCPU (hostagent vmtrace.py): KVM's vCPU threads as QEMU names
+# them, "CPU 1/KVM"; Xen's vCPUs as d<domain>v<vCPU>
+VCPU_NAMES = (re.compile(r"CPU (\d+)/KVM"), re.compile(r"d\d+v(\d+)"))
+
+
+def vcpu_of(comm: str) -> int | None:
+    """The vCPU a traced thread is, by its name; None for a thread that is not a vCPU."""
+    for pattern in VCPU_NAMES:
+        if found := pattern.fullmatch(str(comm)):
+            return int(found.group(1))
+    return None
+
+
+def vcpu_columns(table: pd.DataFrame) -> dict[int, str]:
+    """The table's vCPU columns (VCPU_CPU) by vCPU, in vCPU order; none for a job's threads."""
+    found = {int(c.removeprefix(VCPU_CPU)): c for c in table if c.startswith(VCPU_CPU)}
+    return dict(sorted(found.items()))
 
 
 def time_in(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -61,8 +82,8 @@ def state_time(
 
 def record_demands(spans: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     """One row per record the trace saw whole: its latency split into the job's CPU time,
-    the time a job thread waited for a CPU, and the rest (COLUMNS), and each thread's CPU time
-    (THREAD_CPU)."""
+    the time a job thread waited for a CPU, and the rest (COLUMNS), each thread's CPU time
+    (THREAD_CPU), and each vCPU's where the threads are vCPUs (VCPU_CPU)."""
     seen_from, seen_to = spans["start_ns"].min(), spans["end_ns"].max()
     whole = samples[(samples["sent_ns"] >= seen_from) & (samples["received_ns"] <= seen_to)]
     records, lo, hi = windows(whole)
@@ -77,7 +98,27 @@ def record_demands(spans: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     table["other_ns"] = (latency - cpu - runnable).round().astype(np.int64)
     for tid, time in sorted(per_thread.items()):
         table[f"{THREAD_CPU}{tid}"] = time.round().astype(np.int64)
-    return table[COLUMNS + [f"{THREAD_CPU}{tid}" for tid in sorted(per_thread)]]
+    vcpus = per_vcpu(per_thread, spans)
+    for vcpu, time in vcpus.items():
+        table[f"{VCPU_CPU}{vcpu}"] = time.round().astype(np.int64)
+    return table[
+        COLUMNS
+        + [f"{THREAD_CPU}{tid}" for tid in sorted(per_thread)]
+        + [f"{VCPU_CPU}{vcpu}" for vcpu in vcpus]
+    ]
+
+
+def per_vcpu(per_thread: dict[int, np.ndarray], spans: pd.DataFrame) -> dict[int, np.ndarray]:
+    """Each vCPU's time, in vCPU order, where every traced thread is a vCPU; else none. (A
+    vCPU traced under two thread ids, as after a restart, adds up.)"""
+    names = spans.drop_duplicates("tid").set_index("tid")["comm"]
+    vcpus = {tid: vcpu_of(names.get(tid, "")) for tid in per_thread}
+    if not vcpus or None in vcpus.values():
+        return {}
+    found: dict[int, np.ndarray] = {}
+    for tid, vcpu in vcpus.items():
+        found[vcpu] = found.get(vcpu, 0) + per_thread[tid]
+    return dict(sorted(found.items()))
 
 
 def autocorrelation(values, lag: int = 1) -> float:

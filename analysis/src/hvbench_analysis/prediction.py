@@ -14,9 +14,12 @@ of each (target, scheduler):
   delays add up); cfs-quota, one periodic server for the job's threads together, its budget
   less the share of each period the JVM's other work takes (`background`, a share of a CPU:
   demand.background_share; the quota holds the whole JVM);
-- kvm (the real-time VM's vCPU): cfs, a periodic server; deadline, one constant bandwidth
-  server; fifo, none (its CPU alone);
-- xen: rtds, a periodic server (with extratime, alone in its pool: none); credit and credit2,
+- kvm (the real-time VM's vCPUs): cfs, a periodic server per vCPU; deadline, a constant
+  bandwidth server per vCPU; fifo, none (its CPU alone);
+- xen: rtds, a periodic server per vCPU (with extratime, alone in its pool: none); each vCPU
+  serves what the records asked of it (demand.VCPU_CPU, on a testbed's trace of the vCPUs),
+  the vCPUs' delays added as the threads' are; a trace without vCPUs, one server for the
+  job's CPU time; credit and credit2,
   the domain's cap, alone in its pool (no cap: none). The job is served one record at a time,
   so on one vCPU at a time: Credit splits a domain's cap over its active vCPUs (csched_acct),
   and with all of them active (the worst case) each gets cap / vcpus; Credit2's budget is the
@@ -197,14 +200,11 @@ def added_delay(
     if target == "bare" and sched == "cfs-quota":
         reservations = less_background(reservations, background or 0.0)
     arrivals = table["from_ns"].to_numpy(np.int64)
-    columns = ["cpu_ns"]
-    if target == "bare" and sched == "deadline":  # a table without threads' columns: one
-        columns = [c for c in table if c.startswith(demand.THREAD_CPU)] or columns
-    # the harness gives every job thread the same reservation: the first stands for all
-    same = len(reservations) != len(columns)
     delay = np.zeros(len(table), dtype=np.int64)
-    for i, column in enumerate(columns):
-        serve = server(sched, reservations[0 if same else i])
+    for column, reservation in served(table, target, sched, reservations):
+        if reservation is None:  # a thread or vCPU without a reservation: nothing added
+            continue
+        serve = server(sched, reservation)
         demands = table[column].to_numpy(np.int64)
         if queued_share is None or target != "bare":
             delay += serve(arrivals, demands) - simulate.unconstrained(arrivals, demands)
@@ -214,6 +214,37 @@ def added_delay(
             arrivals, demands, queued
         )
     return delay
+
+
+# A VM's schedulers whose reservation is each vCPU's own (Credit's and Credit2's cap are the
+# domain's)
+PER_VCPU = {("kvm", "deadline"), ("kvm", "cfs"), ("xen", "rtds")}
+
+
+def served(
+    table: pd.DataFrame, target: str, sched: str, reservations: list[dict]
+) -> list[tuple[str, dict | None]]:
+    """Each demand column the setting serves and the reservation that serves it, their delays
+    added (the job's threads, and so its vCPUs, take a record in turn):
+    - bare SCHED_DEADLINE: a server per job thread (THREAD_CPU);
+    - a VM's vCPU reservations (PER_VCPU) where the trace is of its vCPUs (VCPU_CPU) and no
+      neighbour is `beside` it: a server per vCPU, each vCPU's as read back (its `vcpu`; a
+      vCPU without one has none), or one setting for every vCPU;
+    - else one server for the job's CPU time (cpu_ns).
+    Without `vcpu` numbers, reservations are taken in order where there is one per column,
+    else the first stands for all (the harness gives each thread or vCPU the same)."""
+    columns = ["cpu_ns"]
+    alone = not any(r.get("beside") for r in reservations)  # beside neighbours: on one CPU
+    vcpus = demand.vcpu_columns(table) if (target, sched) in PER_VCPU and alone else {}
+    if target == "bare" and sched == "deadline":  # a table without threads' columns: one
+        columns = [c for c in table if c.startswith(demand.THREAD_CPU)] or columns
+    elif vcpus:
+        columns = list(vcpus.values())
+        by_vcpu = {r["vcpu"]: r for r in reservations if r.get("vcpu") is not None}
+        if by_vcpu:
+            return [(column, by_vcpu.get(vcpu)) for vcpu, column in vcpus.items()]
+    same = len(reservations) != len(columns)
+    return [(column, reservations[0 if same else i]) for i, column in enumerate(columns)]
 
 
 def predicted(
