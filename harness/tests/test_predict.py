@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from hvbench_agent.sched import Refused, validate
-from hvbench_analysis import prediction
-from hvbench_analysis.synthetic import write_run
+from hvbench_analysis import prediction, results
+from hvbench_analysis.synthetic import add_cpu_trace, write_run
 from hvbench_harness import predict
 
 MS = 1_000_000
@@ -167,3 +167,19 @@ def test_bad_neighbours_are_refused_naming_them(text, capsys):
     with pytest.raises(SystemExit):
         predict.parse_args(["--run", "x", "--sched", "rtds", "--beside", text])
     assert "argument --beside" in capsys.readouterr().err
+
+
+def test_the_output_says_how_the_setting_serves_the_records(tmp_path, capsys):
+    # a traced run whose one thread runs 3 ms of each record; as a testbed's trace names it,
+    # the thread is the real-time VM's vCPU 0
+    run = add_cpu_trace(write_run(tmp_path / "r0", np.full(40, 5 * MS)), 3 * MS)
+    args = ["--run", str(run), "--sched", "deadline", "--budget", "20000", "--period", "100000"]
+    assert predict.main(args) == 0
+    assert "Served by a server per job thread (1), their delays added." in capsys.readouterr().out
+    meta = results.read_meta(run)
+    meta["trace"]["threads"] = {"100": "CPU 0/KVM"}
+    results.rewrite_meta(run, meta)
+    assert predict.main([*args, "--target", "kvm"]) == 0
+    assert "Served by a server per vCPU (0), their delays added." in capsys.readouterr().out
+    assert predict.main([*args[:3], "credit", "--cap", "50", "--target", "xen"]) == 0
+    assert "Served by one server for the job's CPU time." in capsys.readouterr().out

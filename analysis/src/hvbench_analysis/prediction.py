@@ -247,6 +247,16 @@ def served(
     return [(column, reservations[0 if same else i]) for i, column in enumerate(columns)]
 
 
+def servers_text(columns: list[str]) -> str:
+    """How the demand columns of `served` are served, in words."""
+    vcpus = [c.removeprefix(demand.VCPU_CPU) for c in columns if c.startswith(demand.VCPU_CPU)]
+    if vcpus:
+        return f"a server per vCPU ({', '.join(vcpus)}), their delays added"
+    if columns != ["cpu_ns"]:
+        return f"a server per job thread ({len(columns)}), their delays added"
+    return "one server for the job's CPU time"
+
+
 def predicted(
     table: pd.DataFrame,
     target: str,
