@@ -16,19 +16,20 @@ of each (target, scheduler):
   demand.background_share; the quota holds the whole JVM);
 - kvm (the real-time VM's vCPUs): cfs, a periodic server per vCPU; deadline, a constant
   bandwidth server per vCPU; fifo, none (its CPU alone);
-- xen: rtds, a periodic server per vCPU (with extratime, alone in its pool: none); each vCPU
-  serves what the records asked of it (demand.VCPU_CPU, on a testbed's trace of the vCPUs),
-  the vCPUs' delays added as the threads' are; a trace without vCPUs, one server for the
-  job's CPU time; credit and credit2,
-  the domain's cap, alone in its pool (no cap: none). The job is served one record at a time,
-  so on one vCPU at a time: Credit splits a domain's cap over its active vCPUs (csched_acct),
-  and with all of them active (the worst case) each gets cap / vcpus; Credit2's budget is the
-  domain's, grabbed a share per vCPU at a time (credit2.credit2_beside, alone), so a cap of 100
-  or more never runs out for one vCPU's work. Beside other domains' vCPUs on its CPU
+- xen: rtds, a periodic server per vCPU (with extratime, alone in its pool: none); credit and
+  credit2, the domain's cap, alone in its pool (no cap: none). The job is served one record
+  at a time, so on one vCPU at a time: Credit splits a domain's cap over its active vCPUs
+  (csched_acct), and with all of them active (the worst case) each gets cap / vcpus;
+  Credit2's budget is the domain's, grabbed a share per vCPU at a time
+  (credit2.credit2_beside, alone), so a cap of 100 or more never runs out for one vCPU's
+  work. Beside other domains' vCPUs on its CPU
   (`beside`): Credit and Credit2, their weights (its own `weight`, its cap, the pool's
   `tslice_us` and `ratelimit_us`: credit.credit_beside, credit2.credit2_beside); RTDS, their
   reservations (edf.edf, extratime included), their deadlines just before ours (at equal
   periods they come first).
+A server per vCPU serves what the records asked of that vCPU (demand.VCPU_CPU, from a
+testbed's trace of the vCPUs), the vCPUs' delays added as the threads' are (`served`); a trace
+without vCPUs has one server for the job's CPU time.
 
     late = predicted(table, "bare", "deadline", [{"budget_us": 5000, "period_us": 100000}])
     late = predicted(table, "bare", "cfs-quota", [{...}], demand.background_share(table, meta))
