@@ -124,6 +124,12 @@ def test_each_vcpu_is_served_by_its_own_reservation_as_read_back():
     assert late["latency_ns"].tolist() == [45 * MS]
     served = prediction.served(on_two_vcpus(), "kvm", "deadline", found)
     assert served == [("vcpu_ns:0", found[1]), ("vcpu_ns:1", found[0])]
+    # a reference of other vCPUs than those read back: refused, not served by none
+    other = [{**found[0], "vcpu": 3}]
+    with pytest.raises(
+        prediction.NotModelled, match=r"vCPUs \(0, 1\) are none of those read back \(3\)"
+    ):
+        prediction.predicted(on_two_vcpus(), "kvm", "deadline", other)
 
 
 def test_a_domains_cap_and_neighbours_serve_the_jobs_cpu_time_together():

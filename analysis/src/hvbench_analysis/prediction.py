@@ -242,6 +242,11 @@ def served(
     elif vcpus:
         columns = list(vcpus.values())
         by_vcpu = {r["vcpu"]: r for r in reservations if r.get("vcpu") is not None}
+        if by_vcpu and not by_vcpu.keys() & vcpus.keys():
+            raise NotModelled(
+                f"the reference's vCPUs ({', '.join(map(str, vcpus))}) are none of those read "
+                f"back ({', '.join(map(str, sorted(by_vcpu)))})"
+            )
         if by_vcpu:
             return [(column, by_vcpu.get(vcpu)) for vcpu, column in vcpus.items()]
     same = len(reservations) != len(columns)
