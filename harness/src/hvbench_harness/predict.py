@@ -164,9 +164,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{demand.autocorrelation(table['cpu_ns']):.2f}; the JVM's other work "
           f"{background:.1%} of a CPU); predicted, in ms:")  # fmt: skip
     print(pd.DataFrame(rows).to_string(index=False))
-    served = prediction.served(
-        table, target, args.sched, [reservation(chosen[0], beside=args.beside)]
-    )
+    found = [reservation(chosen[0], args.vcpus, args.beside, args.cpus)]  # as predicted() has it
+    served = prediction.served(table, target, args.sched, found)
     print(f"Served by {prediction.servers_text([column for column, _ in served])}.")
     if warning := sched_trace.undated_warning(table.attrs, run.name):
         print(f"warning: {warning}", file=sys.stderr)
