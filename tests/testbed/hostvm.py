@@ -845,6 +845,16 @@ class ControllerSSH:
                 self.process.wait()
 
 
+PLAYBOOK_TIMEOUT_S = 1800
+
+
+def text_of(output: bytes | str | None) -> str:
+    """A stopped process's output as TimeoutExpired holds it (bytes even in text mode)."""
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
 def run_playbook(
     vm: HostVM, inventory: Path, extra: Path, name: str, *extra_args: str
 ) -> tuple[int, str, dict]:
@@ -861,17 +871,22 @@ def run_playbook(
         "PROFILE_TASKS_SUMMARY_ONLY": "true",
         "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "30",
     }
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(inventory), "-e", f"@{extra}", *extra_args,
-         f"playbooks/{name}"],
-        cwd=REPO,
-        env=env,
+    command = ["ansible-playbook", "-i", str(inventory), "-e", f"@{extra}", *extra_args,
+               f"playbooks/{name}"]  # fmt: skip
+    try:
         # Ansible refuses a non-blocking stdin, which the test's own may be
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )  # fmt: skip
+        proc = subprocess.run(
+            command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+            text=True, timeout=PLAYBOOK_TIMEOUT_S,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as stopped:
+        # what it printed until then says which task it was in
+        proc = subprocess.CompletedProcess(
+            command,
+            -1,
+            text_of(stopped.stdout),
+            text_of(stopped.stderr) + f"\nstopped: still running after {PLAYBOOK_TIMEOUT_S} s\n",
+        )
     recap = re.search(r"testhost\s+:\s+(.*)", proc.stdout)
     counts = dict(re.findall(r"(\w+)=(\d+)", recap.group(1))) if recap else {}
     out = proc.stdout + proc.stderr
