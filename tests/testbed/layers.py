@@ -12,14 +12,14 @@ each module made or restored last are kept (KEEP), so that a change tried and ta
 two branches in turn, rebuild nothing.
 
 On a hit the module restores the machine in seconds instead of booting and provisioning it;
-every other test then runs for real from the restored machine. The tests that only a fresh
-host can run (the first and second provision, the KVM host's reboot into its kernel isolation)
-say that the layer covered them: its key, its folder and its age, skipped with that reason if
-they passed when the layer was made, failed if they did not. A layer on which a covered test
-did not pass is withdrawn, so that the next run makes it again instead of failing that test on
-every hit: at its next hit when the test started and never passed while the layer was made
-(it failed, or the run was stopped), or when a restored module finds the test unproven (it
-fails, once). HVBENCH_TESTBED_FRESH=1 makes every layer again.
+every other test then runs for real from the restored machine. The tests that the layer stands
+for (the first and second provision, the KVM host's reboot into its kernel isolation) say that
+it covered them: its key, its folder and its age, skipped with that reason if they passed when
+the layer was made. One that never started then (that run was stopped before it, after the
+layer was complete) runs for real on the restored host, and its pass proves the layer. A layer
+on which a covered test started and did not pass (it failed, or the run was stopped during it)
+is withdrawn at its next hit, so that the next run makes it again instead of failing that test
+on every hit. HVBENCH_TESTBED_FRESH=1 makes every layer again.
 """
 
 from __future__ import annotations
@@ -163,15 +163,23 @@ class Layer:
 
     def cover(self, test: str) -> None:
         """In a covered test: on a hit, skip it if it passed when the layer was made (saying
-        so) and fail it if it did not; otherwise the test runs for real."""
+        so), fail it if it started then and did not pass, and run it for real if it never
+        started (that run was stopped before it): its pass then proves the layer. Without a
+        hit the test runs for real."""
         test = current_test() or test
         if not self.restored:
             self.pending.append(test)
             if self.saved:
                 self._write(complete=self._complete())
             return
-        if test in json.loads(self.record.read_text())["proven"]:  # as the record stands now
+        record = json.loads(self.record.read_text())  # as the record stands now
+        if test in record["proven"]:
             pytest.skip(f"covered by {self.describe()}: it passed when the layer was made")
+        if test not in record["pending"]:
+            REPORT.append(f"{test} never ran on {self.describe()}: it runs for real")
+            self.pending.append(test)  # until it passes: a failure withdraws the layer
+            self._write(complete=self._complete())
+            return
         described = self.describe()
         self._withdraw(f"{test} did not pass when it was made")
         pytest.fail(
@@ -180,15 +188,16 @@ class Layer:
         )
 
     def prove(self, test: str) -> None:
-        """A covered test passed on a fresh host: the layer keeps it, by the name of the test
-        that is running (pytest's own), whatever name it was given."""
-        if self.restored:
-            return
+        """A covered test passed on a fresh host, or for real on a restored one (cover): the
+        layer keeps it, by the name of the test that is running (pytest's own), whatever name
+        it was given."""
         test = current_test() or test
+        if self.restored and test not in self.pending:
+            return
         self.proven.append(test)
         if test in self.pending:
             self.pending.remove(test)
-        if self.saved:
+        if self.saved or self.restored:
             self._write(complete=self._complete())
 
     def save(self, vm) -> None:

@@ -98,7 +98,7 @@ def test_a_fresh_run_asked_for_ignores_the_layer(tmp_path, monkeypatch):
     assert not layer(tmp_path).hit()
 
 
-def test_a_restored_module_skips_what_the_layer_proved_and_fails_what_it_did_not(tmp_path):
+def test_a_restored_module_skips_what_the_layer_proved(tmp_path):
     made = layer(tmp_path)
     made.save(SavedMachine())
     made.prove("test_covered_a")
@@ -107,15 +107,50 @@ def test_a_restored_module_skips_what_the_layer_proved_and_fails_what_it_did_not
     assert restored.restore_from() == made.dir and restored.restored
     with pytest.raises(pytest.skip.Exception, match=f"key {made.key}.*made 0.0 h ago"):
         restored.cover("test_covered_a")
-    with pytest.raises(pytest.fail.Exception, match="withdrawn, and the next run makes it"):
-        restored.cover("test_the_profile_reboots")
     restored.save(SavedMachine())  # nothing is saved again over a restored layer
+    assert sorted(p.name for p in made.dir.iterdir()) == ["disk.qcow2", "layer.json", "state"]
+    assert layer(tmp_path).hit()
+
+
+def test_a_covered_test_that_never_ran_runs_on_the_restored_host_and_proves_the_layer(tmp_path):
+    """The run that made the layer was stopped after its second provision, before the reboot
+    into the profile: a restored module runs that test for real instead of failing it."""
+    made = layer(tmp_path)
+    made.save(SavedMachine())
+    made.cover("test_second_provision_changes_nothing")
+    made.prove("test_second_provision_changes_nothing")
+    made.complete()  # then the run was stopped
+    restored = layer(tmp_path)
+    restored.restore_from()
+    restored.prove("test_covered_a")  # not run for real here: proves nothing
+    restored.cover("test_the_profile_reboots")  # returns: the test goes on
+    assert "test_the_profile_reboots never ran on layer kvm" in layers.REPORT[-1]
+    assert json.loads(made.record.read_text())["pending"] == ["test_the_profile_reboots"]
     restored.prove("test_the_profile_reboots")
     record = json.loads(made.record.read_text())
-    assert record["proven"] == ["test_covered_a"]
-    # it failed this run, once: the next run makes the layer again instead of failing again
-    assert "test_the_profile_reboots did not pass" in record["withdrawn"]
-    assert not layer(tmp_path).hit() and (made.dir / "state").exists()
+    assert record["proven"] == [
+        "test_second_provision_changes_nothing",
+        "test_the_profile_reboots",
+    ]
+    assert record["pending"] == [] and record["complete"]
+    again = layer(tmp_path)
+    assert again.hit()
+    again.restore_from()
+    with pytest.raises(pytest.skip.Exception, match="it passed when the layer was made"):
+        again.cover("test_the_profile_reboots")
+
+
+def test_a_covered_test_that_failed_on_the_restored_host_withdraws_the_layer(tmp_path):
+    made = layer(tmp_path)
+    made.save(SavedMachine())
+    made.complete()
+    restored = layer(tmp_path)
+    restored.restore_from()
+    restored.cover("test_the_profile_reboots")  # runs for real, and fails: never proved
+    again = layer(tmp_path)
+    assert not again.hit() and (made.dir / "state").exists()
+    withdrawn = json.loads(made.record.read_text())["withdrawn"]
+    assert "test_the_profile_reboots did not pass" in withdrawn
 
 
 def test_a_layer_on_which_a_covered_test_failed_is_withdrawn_at_its_next_hit(tmp_path):
