@@ -138,8 +138,8 @@ xen-sched: TARGET = xen
 vcpu-sched xen-sched: sched ## make sched on a KVM or a Xen host
 sched: $(STAMP) ## the real-time VM's scheduler setting on a testbed host: SCHED= ... ACTION=check|apply|read|reset
 	$(HVBENCH) sched $(ACTION) $(filter-out ACTION=% HOST=% INVENTORY=% TARGET=%,$(MAKEOVERRIDES)) $(WHERE) --readback build/sched.json
-report: $(STAMP) ## figures and tables into OUT=report [RUNS=a,rtds-* REF=sched=credit DEADLINE_MS XLIM_MS CAMPAIGN INCLUDE_FAILED=1]
-	$(HVBENCH) report --results $(REPORT_RESULTS) --out $(REPORT_OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))$(if $(filter 1,$(INCLUDE_FAILED)), --include-failed)
+report: $(STAMP) ## figures and tables into OUT=report [RUNS=a,rtds-* REF=sched=credit DEADLINE_MS XLIM_MS CAMPAIGN INCLUDE_FAILED=1 PNG=1]
+	$(HVBENCH) report --results $(REPORT_RESULTS) --out $(REPORT_OUT)$(if $(RUNS), --runs '$(RUNS)')$(if $(REF), --ref '$(REF)')$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS))$(if $(XLIM_MS), --xlim-ms $(XLIM_MS))$(if $(filter 1,$(INCLUDE_FAILED)), --include-failed)$(if $(filter 1,$(PNG)), --png)
 model: $(STAMP) ## CAMPAIGN=... [RUNS= REFERENCES=]: fit the performance model (mean … max from the settings), held-out errors
 	$(HVBENCH) model fit --results $(REPORT_RESULTS)$(if $(RUNS), --runs '$(RUNS)')$(if $(REFERENCES), --references '$(REFERENCES)')
 predict: $(STAMP) ; $(HVBENCH) predict --run $(RUN) --sched $(SCHED)$(if $(TARGET), --target $(TARGET))$(if $(BUDGET), --budget $(BUDGET))$(if $(PERIOD), --period $(PERIOD))$(if $(CAP), --cap $(CAP))$(if $(WEIGHT), --weight $(WEIGHT))$(if $(EXTRATIME), --extratime $(EXTRATIME))$(if $(DEADLINE_MS), --deadline-ms $(DEADLINE_MS)) ## RUN=results/<traced run> SCHED= BUDGET= [TARGET PERIOD CAP WEIGHT EXTRATIME DEADLINE_MS]: the setting's latencies predicted before measuring

@@ -10,6 +10,11 @@ import subprocess
 from datetime import date
 from pathlib import Path
 
+# One BLAS thread, as make exports it (Makefile): with two, OpenBLAS splits a matrix product
+# and sums in another order, and the tests that compare numbers to the bit (test_compare) fail
+# when pytest is run by hand. Set before numpy is first imported, below.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import pytest
 from hvbench_harness import runlocks
 from hvbench_job import generate

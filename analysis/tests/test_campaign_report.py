@@ -180,9 +180,9 @@ def test_band_figures_are_written(built):
     assert "ECDF with intervals across repetitions" in page
     assert "95 % bootstrap interval over runs of the mean of each run" in page
     for name in ("ecdf_bands_all", "ecdf_bands_xen_rtds"):
-        assert (out / "figures" / f"{name}.png").stat().st_size > 5_000, name
+        assert (out / "figures" / f"{name}.svg").stat().st_size > 5_000, name
         assert (out / "figures" / f"{name}.svg").read_text().startswith("<?xml"), name
-        assert f"figures/{name}.png" in page
+        assert f"figures/{name}.svg" in page
 
 
 def test_campaign_section_and_tables(built):

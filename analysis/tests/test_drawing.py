@@ -33,7 +33,8 @@ def test_a_worker_writes_the_same_files_as_the_report_itself(tmp_path, monkeypat
     monkeypatch.setenv("HVBENCH_REPORT_WORKERS", "1")
     here = figures.save(tmp_path / "here", "f", a_figure)
     assert here.future is None
-    assert sent.png() == here.png() == (tmp_path / "here" / "f.png").read_bytes()
+    assert sent.read() == here.read() == (tmp_path / "here" / "f.svg").read_bytes()
+    assert sent.formats == here.formats == ("svg", "pdf")
     for suffix in ("svg", "pdf"):
         first, second = (tmp_path / d / f"f.{suffix}" for d in ("worker", "here"))
         assert first.read_bytes() == second.read_bytes(), suffix
@@ -47,31 +48,31 @@ def test_a_figure_that_cannot_be_written_fails_with_its_error_when_the_page_asks
     tmp_path, monkeypatch
 ):
     monkeypatch.setenv("HVBENCH_REPORT_WORKERS", "2")
-    failed = drawing.start(cannot_write, tmp_path / "f.png", name="over_time_r1",
-                           png_path=tmp_path / "f.png")  # fmt: skip
+    failed = drawing.start(cannot_write, tmp_path / "f.svg", name="figure over_time_r1",
+                           path=tmp_path / "f.svg")  # fmt: skip
     with pytest.raises(RuntimeError, match=r"figure over_time_r1: .*No space left on device"):
-        failed.png()
+        failed.read()
 
 
 def test_a_worker_that_dies_fails_its_figure_and_not_the_wait(tmp_path, monkeypatch):
     monkeypatch.setenv("HVBENCH_REPORT_WORKERS", "2")
-    died = drawing.start(os._exit, 9, name="density", png_path=tmp_path / "f.png")
+    died = drawing.start(os._exit, 9, name="figure density", path=tmp_path / "f.svg")
     with pytest.raises(RuntimeError, match="figure density: "):
-        died.png()
+        died.wait()
     drawing.finish()  # returns: the pool is ended, not waited for forever
 
 
 def write_and_say_who(path: Path) -> int:
-    path.write_bytes(b"png")
+    path.write_bytes(b"svg")
     return os.getpid()
 
 
 def test_no_more_workers_than_asked_and_none_left_behind(tmp_path, monkeypatch):
     monkeypatch.setenv("HVBENCH_REPORT_WORKERS", "2")
-    paths = [tmp_path / f"{i}.png" for i in range(12)]
-    started = [drawing.start(write_and_say_who, p, name=p.stem, png_path=p) for p in paths]
+    paths = [tmp_path / f"{i}.svg" for i in range(12)]
+    started = [drawing.start(write_and_say_who, p, name=p.stem, path=p) for p in paths]
     assert len(drawing._unfinished) <= drawing.WAITING_PER_WORKER * 2
-    assert [d.png() for d in started] == [b"png"] * 12
+    assert [d.read() for d in started] == [b"svg"] * 12
     writers = {d.future.result() for d in started}
     assert 1 <= len(writers) <= 2 and os.getpid() not in writers
     drawing.finish()
@@ -86,11 +87,9 @@ def test_what_the_report_held_is_frozen_while_workers_draw_and_thawed_when_they_
     monkeypatch.setenv("HVBENCH_REPORT_WORKERS", "2")
     assert gc.get_freeze_count() == 0
     held = [[] for _ in range(1000)]  # containers a report holds before its first figure
-    drawn = drawing.start(
-        write_and_say_who, tmp_path / "f.png", name="f", png_path=tmp_path / "f.png"
-    )
+    drawn = drawing.start(write_and_say_who, tmp_path / "f.svg", name="f", path=tmp_path / "f.svg")
     assert gc.get_freeze_count() >= len(held)  # the collectors do not walk it while workers draw
-    assert drawn.png() == b"png"
+    assert drawn.read() == b"svg"
     drawing.finish()
     assert (
         gc.get_freeze_count() == 0

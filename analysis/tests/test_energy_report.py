@@ -66,5 +66,5 @@ def test_the_report_section_has_the_table_and_the_figure(runs, tmp_path):
     html = page.render()
     assert "Energy: latency against power" in html
     assert "bare/none [powersave]" in html and "n/a" in html
-    assert (tmp_path / "figures" / "latency_vs_energy.png").stat().st_size > 0
+    assert (tmp_path / "figures" / "latency_vs_energy.svg").stat().st_size > 0
     assert "powersave" in (tmp_path / "tables" / "energy.md").read_text()

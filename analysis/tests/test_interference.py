@@ -96,8 +96,8 @@ def test_the_section_overlays_each_configuration_by_its_neighbours(runs, tmp_pat
     html = page.render()
     assert "Interference: latency by neighbours" in html and "DEADLINE_MS" in html
     assert (tmp_path / "tables/interference.tex").exists()
-    names = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
-    assert names == ["density_noise_bare_none.png", "ecdf_noise_bare_none.png"]
+    names = sorted(p.name for p in (tmp_path / "figures").glob("*.svg"))
+    assert names == ["density_noise_bare_none.svg", "ecdf_noise_bare_none.svg"]
 
 
 def test_no_section_without_neighbours(tmp_path):

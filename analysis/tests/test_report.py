@@ -110,7 +110,8 @@ def test_report_writes_page_tables_figures_and_logs(built):
         "runs",
     ]
     for name in ("ecdf_all", "exceedance_all", "ecdf_xen_rtds", "exceedance_xen_rtds"):
-        assert f"(figures/{name}.png, .svg, .pdf)</figcaption>" in page, name
+        assert f"(figures/{name}.svg, .pdf)</figcaption>" in page, name
+    assert 'src="data:image/svg+xml;base64,' in page and "data:image/png" not in page
     assert "Maximum latency against the analytical bound" in page
     assert "max 1,400.0 ms" not in page  # figures are images, the note is inside them
     for heading in ("Where the time went: stage legs", "Tails explained", "Noise floor"):
@@ -156,10 +157,11 @@ def test_report_writes_every_figure_in_three_formats(built):
         "over_time_rtds-1",
         "ecdf_reps_xen_rtds_P100000_B77500",
     ):
-        assert (out / "figures" / f"{name}.png").stat().st_size > 5_000, name
+        assert (out / "figures" / f"{name}.svg").stat().st_size > 5_000, name
         assert (out / "figures" / f"{name}.svg").read_text().startswith("<?xml")
         assert (out / "figures" / f"{name}.pdf").read_bytes().startswith(b"%PDF")
-    assert len(list((out / "figures").glob("trace_bare-dl_*.png"))) == 3
+    assert len(list((out / "figures").glob("trace_bare-dl_*.svg"))) == 3
+    assert not list((out / "figures").glob("*.png"))  # PNGs only where asked
 
 
 def test_report_tables_hold_the_maxima_bounds_and_explanations(built):
@@ -259,6 +261,25 @@ def test_the_page_renders_in_a_real_browser_with_its_figures(built, tmp_path):
     assert colours > 50, f"only {colours} colours: figures did not render"
 
 
+def test_png_writes_each_figure_as_png_too_and_the_page_shows_the_pngs(tmp_path):
+    write_run(tmp_path / "results" / "r1", np.full(500, 4e6), sched="credit")
+    out = tmp_path / "report"
+    assert report.main(["--results", str(tmp_path / "results"), "--out", str(out), "--png"]) == 0
+    page = (out / "index.html").read_text()
+    assert "(figures/ecdf_all.png, .svg, .pdf)</figcaption>" in page
+    assert "data:image/svg" not in page
+    for name in ("ecdf_all", "density", "over_time_r1"):
+        assert (out / "figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG"), name
+        assert (out / "figures" / f"{name}.svg").exists() and (
+            out / "figures" / f"{name}.pdf"
+        ).exists()
+
+
+def test_an_unknown_figure_format_is_refused_before_anything_is_drawn():
+    with pytest.raises(ValueError, match=r"figure formats: \['jpg'\]"), figures.written_as("jpg"):
+        pass
+
+
 def test_a_part_filled_later_shows_in_its_place_and_its_sections_are_numbered_there():
     page = Page("t")
     first = page.part()
@@ -284,7 +305,9 @@ def test_the_same_figure_is_the_same_file_every_time(tmp_path):
     t = np.arange(1000) / 60
     latency = np.random.default_rng(2).lognormal(np.log(5e6), 0.5, len(t))
     for folder in ("a", "b"):
-        figures.save(tmp_path / folder, "f", figures.over_time, t, latency, t < 2, "r1").png()
+        with figures.written_as("png", "svg", "pdf"):
+            drawn = figures.save(tmp_path / folder, "f", figures.over_time, t, latency, t < 2, "r1")
+        assert drawn.read().startswith(b"\x89PNG")  # the first format is the one shown
     for suffix in ("png", "svg", "pdf"):
         first, second = (tmp_path / f / f"f.{suffix}" for f in ("a", "b"))
         assert first.read_bytes() == second.read_bytes(), suffix

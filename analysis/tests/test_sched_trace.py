@@ -202,7 +202,7 @@ def test_the_report_explains_a_traced_runs_tail(tmp_path):
     page = (out / "index.html").read_text()
     assert "Tails explained by the scheduler trace" in page
     assert (out / "tables" / "tail_explained.csv").exists()
-    assert len(list((out / "figures").glob("trace_traced_*.png"))) == report.WORST_SHOWN
+    assert len(list((out / "figures").glob("trace_traced_*.svg"))) == report.WORST_SHOWN
 
 
 def test_a_traced_run_with_no_slow_record_is_reported_without_one(tmp_path):

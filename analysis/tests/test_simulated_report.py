@@ -65,7 +65,7 @@ def test_a_starved_setting_is_simulated_with_its_queue_and_the_measured_one_belo
 def test_the_section_draws_each_configuration_over_its_simulation(section):
     html, out = section
     assert "Measured beside the scheduler model" in html and NOT_EXPLAINED in html
-    drawn = sorted(p.name for p in (out / "figures").glob("simulated_*.png"))
+    drawn = sorted(p.name for p in (out / "figures").glob("simulated_*.svg"))
     assert len(drawn) == 3 and all((out / "figures" / p).stat().st_size > 0 for p in drawn)
 
 

@@ -176,4 +176,4 @@ def test_the_campaign_report_has_its_tables_and_intervals(campaign_run, tmp_path
     assert len(rows) == 2 and all("| 2 |" in r.replace("  ", " ") for r in rows)
     reps = (out / "tables/repetitions.csv").read_text()
     assert reps.count("\n") == 3  # header and two configurations of two runs
-    assert (out / "figures/ecdf_bands_all.png").stat().st_size > 0
+    assert (out / "figures/ecdf_bands_all.svg").stat().st_size > 0

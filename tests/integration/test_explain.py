@@ -89,7 +89,7 @@ def test_the_report_explains_the_stalls_made_on_purpose(starved_run, tmp_path):
     page = (out / "index.html").read_text()
     for heading in ("Tails explained by the scheduler trace", "Noise floor", "stage legs"):
         assert heading in page
-    assert list((out / "figures").glob("trace_starved_*.png"))
+    assert list((out / "figures").glob("trace_starved_*.svg"))
 
 
 def test_a_starved_job_is_slow_not_stalled(starved_run):

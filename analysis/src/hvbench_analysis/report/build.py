@@ -1,9 +1,9 @@
-"""`make report`: runs in results/ → one self-contained HTML page, with the figures (PNG, SVG),
-tables (Markdown, CSV) and HdrHistogram logs beside it.
+"""`make report`: runs in results/ → one self-contained HTML page, with the figures (SVG,
+PDF; PNG with --png), tables (Markdown, LaTeX, CSV) and HdrHistogram logs beside it.
 
     python -m hvbench_analysis.report --results results --out report \\
         [--runs 'run-a,rtds-*'] [--ref sched=credit] [--deadline-ms 50] [--xlim-ms 100] \\
-        [--include-failed]
+        [--include-failed] [--png]
 
 For each run the page says the scheduler settings read back, the clock and the counts, and
 its quality flags (unaccounted records, forced readiness checks, faults …), also beside each
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from hvbench_analysis import compare, drawing, sched_trace
+from hvbench_analysis import compare, drawing, figures, sched_trace
 from hvbench_analysis.load import Runs, load_runs, run_dirs, run_rows
 from hvbench_analysis.report.campaigns import campaign_section
 from hvbench_analysis.report.energy import energy_section
@@ -63,6 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--deadline-ms", type=float, help="report the %% of records over it")
     p.add_argument("--xlim-ms", type=float, help="x-axis limit of the ECDFs")
     p.add_argument("--hdr-interval-s", type=float, default=10.0)
+    p.add_argument(
+        "--png",
+        action="store_true",
+        help="write each figure as PNG too (beside SVG and PDF), and show the PNGs in the page",
+    )
     p.add_argument("--seed", type=int, default=0, help="of the bootstrap")
     p.add_argument(
         "--include-failed",
@@ -77,6 +82,7 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     started = time.perf_counter()
     results, out = Path(args.results), Path(args.out)
     names = [n.strip() for n in args.runs.split(",") if n.strip()]
+    drawing.begin(figures.warm_up)  # the workers load while the runs are read
     runs = read_runs(results, names, args.include_failed)
     dirs = OutDirs(out / "figures", out / "tables", out / "hdr")
     if args.ref:  # refused before anything is drawn or written
@@ -86,7 +92,9 @@ def build(args: argparse.Namespace) -> tuple[Runs, Path]:
     # first, so that the workers draw while the report computes the tables shown before them
     # (Page.part keeps their place), and the last figures handed on are the short ones.
     tables_first = page.part()
-    with sched_trace.parsed_once():  # for the explanations and the simulator's demands
+    formats = ("png", "svg", "pdf") if args.png else ("svg", "pdf")
+    # the trace parsed once for the explanations and the simulator's demands
+    with sched_trace.parsed_once(), figures.written_as(*formats):
         figure_sections(page, runs, args, dirs)
         table_sections(tables_first, runs, names, args, dirs)
     page.p(

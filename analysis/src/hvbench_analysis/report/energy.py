@@ -36,7 +36,8 @@ def energy_section(page: Page, runs: Runs, args: argparse.Namespace, dirs: OutDi
         return
     points = list(zip(known["Configuration"], known["mj_per_record"], known["p99_ms"], strict=True))
     front = tables.pareto_front([(x, y) for _, x, y in points])
-    png = figures.save(dirs.figures, "latency_vs_energy", figures.latency_vs_energy, points, front)
+    name = "latency_vs_energy"
+    drawn = figures.save(dirs.figures, name, figures.latency_vs_energy, points, front)
     page.figure(
-        png, "p99 latency against energy per record, per configuration", "latency_vs_energy"
+        drawn, "p99 latency against energy per record, per configuration", "latency_vs_energy"
     )

@@ -103,8 +103,8 @@ def worst_records(page: Page, explained: dict, dirs: OutDirs) -> None:
         )
         name = safe_name(f"trace_{run_id}_{r.detector}_{r.seq}")
         spans = figures.around(record, explained["spans"])  # not the whole trace, to the worker
-        png = figures.save(dirs.figures, name, figures.trace_timeline, record, spans, title)
-        page.figure(png, f"Trace of a slow record, {run_id}", name)
+        drawn = figures.save(dirs.figures, name, figures.trace_timeline, record, spans, title)
+        page.figure(drawn, f"Trace of a slow record, {run_id}", name)
 
 
 def stage_section(
@@ -134,8 +134,8 @@ def stage_section(
         "known have no legs.",
     )
     title = "Mean stage times by latency band"
-    png = figures.save(dirs.figures, "stage_bands", figures.stage_bands, bands, title)
-    page.figure(png, "Stage legs by latency band, per configuration", "stage_bands")
+    drawn = figures.save(dirs.figures, "stage_bands", figures.stage_bands, bands, title)
+    page.figure(drawn, "Stage legs by latency band, per configuration", "stage_bands")
 
 
 def bound_section(page: Page, runs: Runs, dirs: OutDirs) -> None:

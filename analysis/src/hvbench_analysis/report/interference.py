@@ -49,11 +49,11 @@ def interference_section(page: Page, runs: Runs, args: argparse.Namespace, dirs:
             (tables.neighbours_text(tags), g["latency_ns"].to_numpy()) for tags, g in members
         ]
         name = safe_name(f"ecdf_noise_{config_label(base)}")
-        png = figures.save(dirs.figures, name, figures.ecdf, labelled, title, args.xlim_ms)
-        page.figure(png, f"ECDF by neighbours, {config_label(base)}", name)
+        drawn = figures.save(dirs.figures, name, figures.ecdf, labelled, title, args.xlim_ms)
+        page.figure(drawn, f"ECDF by neighbours, {config_label(base)}", name)
         name = safe_name(f"density_noise_{config_label(base)}")
-        png = figures.save(dirs.figures, name, figures.density, labelled, title)
-        page.figure(png, f"Density of log latency by neighbours, {config_label(base)}", name)
+        drawn = figures.save(dirs.figures, name, figures.density, labelled, title)
+        page.figure(drawn, f"Density of log latency by neighbours, {config_label(base)}", name)
 
 
 def by_base(measured: pd.DataFrame) -> list[tuple[dict, list[tuple[dict, pd.DataFrame]]]]:

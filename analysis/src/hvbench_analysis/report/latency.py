@@ -114,10 +114,10 @@ def ecdf_section(
     family; ECDFs of each configuration's repetitions, and the bands over repetitions."""
     configs = tables.by_config(measured)
     page.h(2, "ECDF")
-    png = figures.save(
+    drawn = figures.save(
         dirs.figures, "ecdf_all", figures.ecdf, curves(configs), "All configurations", args.xlim_ms
     )
-    page.figure(png, "ECDF of end-to-end latency, all configurations", "ecdf_all")
+    page.figure(drawn, "ECDF of end-to-end latency, all configurations", "ecdf_all")
     exceedance_figure(page, configs, "All configurations", "exceedance_all", dirs.figures)
     families: dict[tuple, list[tuple[dict, pd.DataFrame]]] = {}
     for tags, group in configs:
@@ -126,10 +126,10 @@ def ecdf_section(
         if len(members) > 1 and len(families) > 1:
             name = safe_name(f"ecdf_{target}_{sched}")
             title = f"{target} / {sched}"
-            png = figures.save(
+            drawn = figures.save(
                 dirs.figures, name, figures.ecdf, curves(members), title, args.xlim_ms
             )
-            page.figure(png, f"ECDF, {target} / {sched}", name)
+            page.figure(drawn, f"ECDF, {target} / {sched}", name)
             name = safe_name(f"exceedance_{target}_{sched}")
             exceedance_figure(page, members, f"{target} / {sched}", name, dirs.figures)
     for tags, group in configs:
@@ -142,8 +142,8 @@ def exceedance_figure(
     page: Page, groups: list[tuple[dict, pd.DataFrame]], title: str, name: str, figures_dir: Path
 ) -> None:
     """The fraction of records slower than x, log-log: the tail first, ending at the maximum."""
-    png = figures.save(figures_dir, name, figures.exceedance, curves(groups), title)
-    page.figure(png, f"Fraction of records slower than x (1 − F), log-log: {title}", name)
+    drawn = figures.save(figures_dir, name, figures.exceedance, curves(groups), title)
+    page.figure(drawn, f"Fraction of records slower than x (1 − F), log-log: {title}", name)
 
 
 def repetition_ecdf(
@@ -152,15 +152,15 @@ def repetition_ecdf(
     per_rep = [(f"rep {run.tags['rep']} ({run.run_id})", run.latency_ns) for run in by_run(group)]
     name = safe_name(f"ecdf_reps_{config_label(tags)}")
     title = f"Repetitions of {config_label(tags)}"
-    png = figures.save(dirs.figures, name, figures.ecdf, per_rep, title, args.xlim_ms)
-    page.figure(png, f"ECDF per repetition, {config_label(tags)}", name)
+    drawn = figures.save(dirs.figures, name, figures.ecdf, per_rep, title, args.xlim_ms)
+    page.figure(drawn, f"ECDF per repetition, {config_label(tags)}", name)
 
 
 def density_section(page: Page, measured: pd.DataFrame, dirs: OutDirs) -> None:
     page.h(2, "Density per configuration")
     configs = curves(tables.by_config(measured))
-    png = figures.save(dirs.figures, "density", figures.density, configs, "Latency density")
-    page.figure(png, "Density of log latency per configuration", "density")
+    drawn = figures.save(dirs.figures, "density", figures.density, configs, "Latency density")
+    page.figure(drawn, "Density of log latency per configuration", "density")
 
 
 def band_figures(
@@ -187,19 +187,19 @@ def band_figures(
         "note",
     )
     title = "All configurations"
-    png = figures.save(
+    drawn = figures.save(
         figures_dir, "ecdf_bands_all", figures.ecdf_bands, run_curves(configs), title, seed
     )
     caption = "ECDF with 95 % intervals over runs of the mean quantile (shaded)"
-    page.figure(png, f"{caption}, all configurations", "ecdf_bands_all")
+    page.figure(drawn, f"{caption}, all configurations", "ecdf_bands_all")
     for (target, sched), members in families.items():
         if len(members) > 1 and len(families) > 1 and repeated(members):
             name = safe_name(f"ecdf_bands_{target}_{sched}")
             title = f"{target} / {sched}"
-            png = figures.save(
+            drawn = figures.save(
                 figures_dir, name, figures.ecdf_bands, run_curves(members), title, seed
             )
-            page.figure(png, f"{caption}, {target} / {sched}", name)
+            page.figure(drawn, f"{caption}, {target} / {sched}", name)
 
 
 def reps_table(reps: pd.DataFrame) -> pd.DataFrame:

@@ -49,14 +49,14 @@ def model_section(page: Page, results: Path, dirs: OutDirs) -> None:
             "it: the absolute error of its prediction against the mean of the configuration's "
             "runs, and how many of those runs fell inside the predicted 90 % interval.",
         )
-        png = figures.save(
+        drawn = figures.save(
             dirs.figures,
             "model_predicted_vs_measured",
             figures.predicted_vs_measured,
             validation,
             model.STATISTICS,
         )
-        page.figure(png, "Predicted vs measured, held-out configurations", "model_predicted")
+        page.figure(drawn, "Predicted vs measured, held-out configurations", "model_predicted")
     for path in sorted(folder.glob("advice-*.json")):
         advice_paragraph(page, path)
 

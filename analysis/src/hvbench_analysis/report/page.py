@@ -28,6 +28,8 @@ padding: 0.5em; overflow-x: auto; font-size: 12px }
 """
 
 
+MIME = {".svg": "image/svg+xml", ".png": "image/png", ".pdf": "application/pdf"}
+
 # Marks on <body> how many figures decoded to a bitmap, for checks by a headless browser.
 LOAD_CHECK = (
     "<script>addEventListener('load', () => { document.body.dataset.figuresRendered = "
@@ -46,8 +48,9 @@ class Heading(NamedTuple):
 
 
 class Page:
-    """The HTML page, built section by section; figures are embedded as PNG data. A part of
-    the page (`part`) can be filled after what follows it, and still shows in its place."""
+    """The HTML page, built section by section; figures are embedded as SVG (or PNG) data. A
+    part of the page (`part`) can be filled after what follows it, and still shows in its
+    place."""
 
     def __init__(self, title: str) -> None:
         self.title = title
@@ -79,19 +82,33 @@ class Page:
         self.parts.append(f"<p{attr}>{html.escape(text)}</p>")
 
     def figure(self, drawn: drawing.Drawing, alt: str, name: str) -> None:
-        """A figure whose files a child process is writing: its PNG is embedded when the page
-        is rendered."""
+        """A figure whose files a worker process is writing: the one it shows (SVG, or PNG) is
+        embedded when the page is rendered."""
 
         def markup() -> str:
-            data = base64.b64encode(drawn.png()).decode()
+            data = base64.b64encode(drawn.read()).decode()
+            mime = MIME[drawn.path.suffix]
+            files = f"figures/{name}.{drawn.formats[0]}" + "".join(
+                f", .{suffix}" for suffix in drawn.formats[1:]
+            )
             return (
                 f'<figure><img class="figure" alt="{html.escape(alt)}" '
-                f'src="data:image/png;base64,{data}"><figcaption class="note">'
-                f"{html.escape(alt)} (figures/{html.escape(name)}.png, .svg, .pdf)"
-                "</figcaption></figure>"
+                f'src="data:{mime};base64,{data}"><figcaption class="note">'
+                f"{html.escape(alt)} ({html.escape(files)})</figcaption></figure>"
             )
 
         self.parts.append(markup)
+
+    def written(self, drawn: drawing.Drawing) -> None:
+        """A file beside the page that a worker process is writing (a run's HdrHistogram log):
+        nothing on the page, but the page is not rendered before it is written, and fails with
+        its error if writing it failed."""
+
+        def wait() -> str:
+            drawn.wait()
+            return ""
+
+        self.parts.append(wait)
 
     def table(self, table: pd.DataFrame, name: str | None = None, digits: int = 2) -> None:
         if table.empty:

@@ -199,5 +199,5 @@ def overlay(page: Page, tags, group, simulated, args, dirs: OutDirs) -> None:
     name = safe_name(f"simulated_{label}")
     curves = [("measured", group["latency_ns"].to_numpy()), ("simulated", simulated)]
     title = f"{label}: measured and simulated"
-    png = figures.save(dirs.figures, name, figures.ecdf, curves, title, args.xlim_ms)
-    page.figure(png, f"ECDF, measured beside simulated: {label}", name)
+    drawn = figures.save(dirs.figures, name, figures.ecdf, curves, title, args.xlim_ms)
+    page.figure(drawn, f"ECDF, measured beside simulated: {label}", name)
