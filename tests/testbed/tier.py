@@ -67,7 +67,7 @@ class Beside:
 
     def wait(self, started: float) -> int:
         code = self.proc.wait()
-        step(f"{self.name}'s output (it ended with {code})", started)
+        step(f"the output of {self.name} (it ended with {code})", started)
         sys.stdout.write(self.log.read_text(errors="replace"))
         return code
 
