@@ -349,17 +349,21 @@ def written_as(*formats: str):
 
 
 def save(
-    directory: Path, name: str, make: Callable[..., Figure], /, *args, **kwargs
+    directory: Path, name: str, make: Callable[..., Figure], /, *args, paper: bool = True, **kwargs
 ) -> drawing.Drawing:
     """Draw make(*args, **kwargs) and write it to name.svg and name.pdf (and name.png where
     asked: written_as), with no dates in them, so that the same figure is the same file, in a
-    worker process (drawing.py). The figure is made there too: what crosses to the worker is
-    make (a module-level function) and its data, cheaper to pickle than a drawn figure. Returns
-    a drawing.Drawing, whose read() is the SVG's bytes for the HTML page."""
+    worker process (drawing.py). paper=False: a figure to look at a single run by (its latency
+    over time), one of many in a campaign: no PDF. The figure is made in the worker too: what
+    crosses to it is make (a module-level function) and its data, cheaper to pickle than a
+    drawn figure. Returns a drawing.Drawing, whose read() is the SVG's bytes for the page."""
     directory.mkdir(parents=True, exist_ok=True)
-    shown = directory / f"{name}.{_formats[0]}"
-    return drawing.start(make_and_write, directory, name, _formats, make, args, kwargs,
-                         name=f"figure {name}", path=shown, formats=_formats)  # fmt: skip
+    formats = _formats
+    if not paper and len(formats) > 1:
+        formats = tuple(f for f in formats if f != "pdf")
+    shown = directory / f"{name}.{formats[0]}"
+    return drawing.start(make_and_write, directory, name, formats, make, args, kwargs,
+                         name=f"figure {name}", path=shown, formats=formats)  # fmt: skip
 
 
 def make_and_write(

@@ -132,8 +132,9 @@ def run_over_time(
     name = safe_name(f"over_time_{row.run_id}")
     t, latency = samples["time_s"].to_numpy(), samples["latency_ns"].to_numpy()
     title = f"{row.run_id}: latency over time"
+    warmup = samples["warmup"].to_numpy()
     drawn = figures.save(
-        dirs.figures, name, figures.over_time, t, latency, samples["warmup"].to_numpy(), title
+        dirs.figures, name, figures.over_time, t, latency, warmup, title, paper=False
     )
     page.figure(drawn, f"Latency over time, {row.run_id}", name)
     started_at = pd.Timestamp(row.started_at).timestamp() if row.started_at else 0.0
