@@ -122,16 +122,26 @@ def known_legs(group: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray]:
     million rows' columns into a table took 0.3 s)."""
     legs = {leg: group[leg].to_numpy(np.float64) for leg in LEGS}
     latency = group["latency_ns"].to_numpy()
-    known = ~np.isnan(np.column_stack([*legs.values(), latency.astype(np.float64)])).any(axis=1)
-    if known.all():
+    unknown = np.zeros(len(latency), bool)
+    for values in (*legs.values(), latency):
+        if values.dtype.kind == "f":  # (an integer column has no NaN)
+            unknown |= np.isnan(values)
+    if not unknown.any():
         return legs, latency
+    known = ~unknown
     return {leg: values[known] for leg, values in legs.items()}, latency[known]
 
 
 def breakdown(group: pd.DataFrame, deadline_ms: float | None = None) -> dict | None:
     """One configuration's legs: p50, p99 and max of each (ms), and for the tail (records at
     or over the threshold) the share of their latency each leg took. None without legs."""
-    legs, latency_ns = known_legs(group)
+    return legs_breakdown(*known_legs(group), deadline_ms)
+
+
+def legs_breakdown(
+    legs: dict[str, np.ndarray], latency_ns: np.ndarray, deadline_ms: float | None = None
+) -> dict | None:
+    """breakdown() of known_legs()."""
     if not len(latency_ns):
         return None
     out: dict = {"records": len(latency_ns)}
@@ -160,7 +170,11 @@ BANDS = (("≤ p50", 0, 50), ("p50–p99", 50, 99), ("p99–p99.9", 99, 99.9), (
 def by_band(group: pd.DataFrame) -> pd.DataFrame:
     """Mean of each leg (ms) over the records in each latency band of the configuration
     (≤ p50, p50–p99, p99–p99.9, over p99.9): each band's legs add up to its mean latency."""
-    legs, latency_ns = known_legs(group)
+    return legs_by_band(*known_legs(group))
+
+
+def legs_by_band(legs: dict[str, np.ndarray], latency_ns: np.ndarray) -> pd.DataFrame:
+    """by_band() of known_legs()."""
     latency = latency_ns.astype(np.float64)
     ordered = np.sort(latency)  # every band's bounds from one sort
     out = []

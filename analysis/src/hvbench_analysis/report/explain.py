@@ -114,10 +114,11 @@ def stage_section(
     page.h(2, "Where the time went: stage legs")
     rows, bands = [], []
     for tags, group in tables.by_config(measured):
-        found = stages.breakdown(group, args.deadline_ms)
+        legs = stages.known_legs(group)  # once for both
+        found = stages.legs_breakdown(*legs, args.deadline_ms)
         if found is not None:
             rows.append({"configuration": config_label(tags), **found})
-            bands.append((config_label(tags), stages.by_band(group)))
+            bands.append((config_label(tags), stages.legs_by_band(*legs)))
     if not rows:
         page.p("No run has the job's stamps with a known clock offset.", "note")
         return
