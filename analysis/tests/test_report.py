@@ -1,8 +1,12 @@
 """The whole report on synthetic runs, and the page opened in a real headless browser."""
 
+import os
 import re
+import resource
 import shutil
+import signal
 import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -277,6 +281,29 @@ def test_png_writes_each_figure_as_png_too_and_the_page_shows_the_pngs(tmp_path)
         assert (out / "figures" / f"{name}.svg").exists(), name
     assert (out / "figures" / "ecdf_all.pdf").exists()
     assert not (out / "figures" / "over_time_r1.pdf").exists()
+
+
+def no_larger_files_than(size: int) -> None:
+    """In the child: a file may not grow past `size` bytes; a write past it fails (EFBIG)
+    instead of ending the process, as a full disk's does."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_report_that_cannot_write_its_files_says_so_in_a_line(tmp_path, workers):
+    write_run(tmp_path / "results" / "r1", np.full(3000, 4e6), sched="credit")
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hvbench_analysis.report", "--results", str(tmp_path / "results"),
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=120, preexec_fn=lambda: no_larger_files_than(4096),
+        env={**os.environ, "HVBENCH_REPORT_WORKERS": workers},
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert f"report: stopped, {out}/index.html not written:" in proc.stderr
+    assert "File too large" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (out / "index.html").exists()
 
 
 def test_an_unknown_figure_format_is_refused_before_anything_is_drawn():

@@ -35,6 +35,10 @@ def workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
+class WriteFailed(RuntimeError):
+    """A file a worker (or the report itself) was writing could not be written."""
+
+
 class Drawing:
     """One figure's files (or another file), being written by a worker (or already written):
     `path` is the one the page shows, `formats` the suffixes of all of them."""
@@ -46,12 +50,12 @@ class Drawing:
         self.formats = formats or (path.suffix.lstrip("."),)
 
     def wait(self) -> None:
-        """Once written; RuntimeError with its name if writing failed."""
+        """Once written; WriteFailed with its name if writing failed."""
         if self.future is not None:
             try:
                 self.future.result()
             except Exception as e:  # the worker's own error, or a worker that died
-                raise RuntimeError(f"{self.name}: writing it failed: {e!r}") from e
+                raise WriteFailed(f"{self.name}: writing it failed: {e!r}") from e
 
     def read(self) -> bytes:
         """The file the page shows, once written (wait's error if writing failed)."""

@@ -169,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # e.g. a reference that matches no run
         print(f"report: {e}", file=sys.stderr)
         return 1
+    except (OSError, drawing.WriteFailed) as e:  # a full disk, a folder it may not write to
+        print(f"report: stopped, {args.out}/index.html not written: {e}", file=sys.stderr)
+        return 1
     finally:
         drawing.finish()
     for name, reason in runs.skipped:
