@@ -96,6 +96,56 @@ def test_the_breakdown_names_the_leg_that_made_the_tail():
     assert top["input leg"] > 40 and top["job"] < 3.1
 
 
+def old_breakdown_and_bands(group: pd.DataFrame, deadline_ms=None) -> tuple[dict, pd.DataFrame]:
+    """breakdown and by_band as they were, on a copy of the table's rows with their legs."""
+    from hvbench_analysis.stats import percentile
+
+    rows = group[[*stages.LEGS, "latency_ns"]].dropna()
+    out = {"records": len(rows)}
+    for leg in stages.LEGS:
+        ms = rows[leg].to_numpy() / 1e6
+        name = stages.LEG_NAMES[leg]
+        out[f"{name} p50 (ms)"] = float(percentile(ms, 50))
+        out[f"{name} p99 (ms)"] = float(percentile(ms, 99))
+        out[f"{name} max (ms)"] = float(ms.max())
+    latency = rows["latency_ns"].to_numpy(np.float64)
+    threshold = stages.tail_threshold_ns(latency, deadline_ms)
+    tail = rows[latency >= threshold]
+    out["tail from (ms)"] = threshold / 1e6
+    out["tail records"] = len(tail)
+    total = tail["latency_ns"].sum()
+    for leg in stages.LEGS:
+        share = 100 * tail[leg].sum() / total if len(tail) else float("nan")
+        out[f"tail share {stages.LEG_NAMES[leg]} (%)"] = float(share)
+    bands = []
+    for name, low, high in stages.BANDS:
+        above = latency > percentile(latency, low) if low > 0 else np.ones(len(latency), bool)
+        within = above & (latency <= percentile(latency, high))
+        if within.any():
+            means = {stages.LEG_NAMES[leg]: rows[leg][within].mean() / 1e6 for leg in stages.LEGS}
+            bands.append({"band": name, "records": int(within.sum()), **means})
+    return out, pd.DataFrame(bands)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_legs_statistics_are_the_same_numbers_as_from_a_copy_of_the_table(seed):
+    """From the columns as arrays: the numbers, to the bit, of the table copy they came from
+    before (the report's tables are compared byte for byte), records without legs included."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(50, 5000))
+    group = pd.DataFrame({leg: rng.lognormal(14, 1, n) for leg in stages.LEGS})
+    group["latency_ns"] = rng.integers(1_000_000, 90_000_000, n)
+    if seed % 2:
+        group.loc[rng.choice(n, n // 10, replace=False), "job_ns"] = np.nan
+    for deadline_ms in (None, 40.0):
+        old, old_bands = old_breakdown_and_bands(group, deadline_ms)
+        new = stages.breakdown(group, deadline_ms)
+        assert list(new) == list(old)
+        bits = [np.float64(new[k]).tobytes() == np.float64(old[k]).tobytes() for k in old]
+        assert all(bits), [k for k, same in zip(old, bits, strict=True) if not same]
+    pd.testing.assert_frame_equal(stages.by_band(group), old_bands, check_exact=True)
+
+
 def test_loaded_runs_carry_the_legs_of_a_run_on_another_clock(tmp_path):
     latency = np.full(600, 10e6)
     synthetic.write_run(tmp_path / "own-clock", latency, job_offset_ns=7 * 10**12)
