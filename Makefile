@@ -31,6 +31,7 @@ REF         ?=
 DEADLINE_MS ?=
 XLIM_MS     ?=
 INCLUDE_FAILED ?=
+PNG            ?=
 SLO    ?=
 RATE   ?=
 KNOB   ?=
