@@ -3,8 +3,9 @@ logs) written by worker processes, side by side with the report's other work.
 
 Drawing a figure into SVG and PDF costs more than computing what it shows, and a report has
 several figures per configuration and one per run. `start` hands a figure's writing to a pool
-of worker processes (one per CPU this process may use, forked at the first figure) while the
-report goes on; `Drawing.read` waits for it and reads its SVG back for the HTML page. The
+of worker processes (one per CPU this process may use, forked by `begin` as the report starts,
+or at the first figure) while the report goes on; `Drawing.read` waits for it and reads its SVG
+back for the HTML page. The
 workers live as long as the report: matplotlib's font and text caches stay warm from one figure
 to the next, and the fork is paid once (a process per figure cost a quarter more CPU).
 What a worker is given is pickled: a module-level function and its arguments.
