@@ -66,8 +66,7 @@ REPORT_OUT     = $(if $(CAMPAIGN),$(OUT)/$(basename $(notdir $(CAMPAIGN))),$(OUT
 # Quiet TensorFlow's C++ start-up chatter; one BLAS thread keeps inference latency steady.
 export TF_CPP_MIN_LOG_LEVEL := 2
 export OPENBLAS_NUM_THREADS := 1
-.PHONY: help venv java browser rt-tools iptables sshd controller-tools testbed-tools kafka flink-connector data train workload-inputs run campaign \
-	campaign-check check rerun account report model predict advise provision teardown sched vcpu-sched xen-sched agent-wheel guest-bundle xen-hypervisor lock lint test test-testbed test-two-hosts bench clean
+.PHONY: help venv java browser rt-tools iptables sshd controller-tools testbed-tools kafka flink-connector data train workload-inputs run campaign campaign-check check rerun account report model predict advise provision teardown sched vcpu-sched xen-sched agent-wheel guest-bundle xen-hypervisor lock lint test test-testbed test-two-hosts bench clean
 help: ## this list
 	@sed -n 's/^\([a-z-]*\)\( [a-z-]*\)*:.*## \(.*\)/make \1\2\t\3/p' Makefile | expand -t 28
 	@echo && $(SPEC) help
