@@ -110,7 +110,12 @@ ExecStartPre=/bin/udevadm wait --timeout=120 /dev/kvm
 ExecStartPre=/bin/sh -c 'for c in /sys/devices/system/cpu/cpu[1-9]*/online; do echo 0 >$$c; done'
 ExecStart=/usr/bin/python3 /usr/local/sbin/hold-static-keys
 ExecStartPost=/bin/sh -c 'for c in /sys/devices/system/cpu/cpu[1-9]*/online; do echo 1 >$$c; done'
-ExecStopPost=/bin/sh -c 'for c in /sys/devices/system/cpu/cpu[1-9]*/online; do echo 1 >$$c; done'
+# Its stop releases the same keys (KVM's as its VM closes, then its cgroup's), so the other CPUs
+# go offline first. At shutdown they stay offline until the reboot: with them online, the
+# release once hung a host's shutdown on the int3 of the code being patched in __schedule.
+ExecStop=/bin/sh -c 'for c in /sys/devices/system/cpu/cpu[1-9]*/online; do echo 0 >$$c; done'
+ExecStopPost=/bin/sh -c '[ "$$(systemctl is-system-running)" = stopping ] || \
+  for c in /sys/devices/system/cpu/cpu[1-9]*/online; do echo 1 >$$c; done'
 # Its own CPU quota and cpuset hold CFS bandwidth control's key and the cpusets key on. The
 # quota never binds: the holder only sleeps.
 CPUQuota={quota}%
