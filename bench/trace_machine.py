@@ -93,10 +93,14 @@ def explain(run: Path, trace: Path, above_pct: float = 99.0, shown: int = 4) -> 
     text = trace.read_text(errors="replace")
     clock = text.split("\n", 1)[0].removeprefix("# clock ").strip()
     ran = who_ran(text, clock_to_ns(clock, meta["clock"]["tsc"]))
+    if ran.empty:
+        raise SystemExit(f"{trace}: no sched_switch events (was it recorded with `record`?)")
     samples = pd.read_csv(run / "samples.csv")
     measured = samples[(samples["warmup"] == 0) & samples["received_ns"].notna()]
     inside = measured[(measured["sent_ns"] > ran["start"].min())
                       & (measured["received_ns"] < ran["end"].max())]  # fmt: skip
+    if inside.empty:
+        raise SystemExit(f"{trace}: no measured record of {run} was sent and received inside it")
     slow = inside[inside["latency_ns"] >= np.percentile(inside["latency_ns"], above_pct)]
     rows = []
     for record in slow.sort_values("latency_ns").itertuples():
