@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 from hvbench_job import detectors, pems
-from hvbench_job.forecast import LOOKBACK, train
+from hvbench_job.forecast import LOOKBACK, quantise, train
 from hvbench_job.forecast.dataset import chronological_split
 from hvbench_job.forecast.model import build_lstm
 from hvbench_job.forecast.scaling import MinMaxScaler
@@ -175,6 +175,50 @@ def test_tampered_or_missing_artifact_is_refused(small_model, tmp_path):
         Forecaster(copy)
     with pytest.raises(ArtifactError, match="no trained model"):
         Forecaster(tmp_path / "empty")
+
+
+def test_a_quantised_model_serves_int8_weights_close_to_its_float_model(small_model, tmp_path):
+    """quantise: both exports with int8 weights, a quarter of the size, forecasts within a
+    percent of the scale of the float model's; the manifest and the job say what it is."""
+    from hvbench_job import job
+
+    manifest = quantise.quantise(small_model, tmp_path / "int8")
+    quantised, float_model = Forecaster(tmp_path / "int8"), Forecaster(small_model)
+    assert manifest["weights"] == "int8" and quantised.checksum == manifest["checksum"]
+    assert manifest["quantised_from"]["checksum"] == float_model.checksum != quantised.checksum
+    assert set(manifest["files"]) == {"model.tflite", BATCH_MODEL, "scaler.json"}
+    for name in ("model.tflite", BATCH_MODEL):
+        assert (tmp_path / "int8" / name).stat().st_size * 3 < (small_model / name).stat().st_size
+    windows = np.random.default_rng(5).uniform(0, 400, size=(21, 12)).tolist()
+    span = float_model.scaler.high - float_model.scaler.low
+    gaps = np.subtract(quantised.predict_many(windows), float_model.predict_many(windows))
+    assert 0 < np.abs(gaps).max() <= 0.01 * span
+    assert 0 < manifest["parity"]["max_abs_gap_vehicles"] <= 0.01 * span
+    assert job.forecast_batches(tmp_path / "int8")["weights"] == "int8"
+    assert job.forecast_batches(small_model)["weights"] == "float32"
+
+
+def test_quantise_refuses_what_it_cannot_quantise_and_leaves_nothing_behind(
+    small_model, tmp_path, monkeypatch
+):
+    import shutil
+
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(SystemExit, match="taken exists already"):
+        quantise.main(["--model", str(small_model), "--out", str(tmp_path / "taken")])
+    quantise.quantise(small_model, tmp_path / "int8")
+    with pytest.raises(SystemExit, match="holds int8 weights already"):
+        quantise.main(["--model", str(tmp_path / "int8"), "--out", str(tmp_path / "twice")])
+    bare = tmp_path / "bare"
+    shutil.copytree(small_model, bare, ignore=shutil.ignore_patterns("saved_model*"))
+    with pytest.raises(SystemExit, match="has no SavedModel to quantise"):
+        quantise.main(["--model", str(bare), "--out", str(tmp_path / "none")])
+    with pytest.raises(SystemExit, match="no trained model"):
+        quantise.main(["--model", str(tmp_path / "empty"), "--out", str(tmp_path / "none")])
+    monkeypatch.setattr(quantise, "PARITY_LIMIT", 0.0)  # any gap is then too large
+    with pytest.raises(SystemExit, match=r"forecasts differ from .* by up to [\d.]+ vehicles"):
+        quantise.main(["--model", str(small_model), "--out", str(tmp_path / "none")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bare", "int8", "taken"]
 
 
 def test_training_is_reproducible(small_data, small_model, tmp_path):

@@ -261,14 +261,17 @@ def build(
 
 
 def forecast_batches(model: Path) -> dict:
-    """How the operator forecasts the records of an array message (forecast/serving.py):
-    in batches where the model has the batch export, else one by one."""
+    """The model's weights (float32, or int8: forecast/quantise.py) and how the operator
+    forecasts the records of an array message (forecast/serving.py): in batches where the
+    model has the batch export, else one by one."""
     from hvbench_job.forecast.serving import BATCH, BATCH_MODEL, MANIFEST, PAD_FROM
 
-    files = json.loads((model / MANIFEST).read_text()).get("files", {})
-    if BATCH_MODEL not in files:
-        return {"batch": 1, "why": f"{BATCH_MODEL} is not in the model (trained before it)"}
-    return {"batch": BATCH, "model": BATCH_MODEL, "pad_from": PAD_FROM}
+    manifest = json.loads((model / MANIFEST).read_text())
+    weights = manifest.get("weights", "float32")
+    if BATCH_MODEL not in manifest.get("files", {}):
+        why = f"{BATCH_MODEL} is not in the model (trained before it)"
+        return {"weights": weights, "batch": 1, "why": why}
+    return {"weights": weights, "batch": BATCH, "model": BATCH_MODEL, "pad_from": PAD_FROM}
 
 
 def connector_jar(directory: Path) -> Path:

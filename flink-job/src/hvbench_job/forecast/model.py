@@ -36,9 +36,11 @@ def build_lstm():
 def export_litert(model, directory: Path, batch: int = 1, name: str = "model.tflite") -> Path:
     """SavedModel with a fixed (batch, 12, 1) signature, converted to a LiteRT flatbuffer.
 
-    A fixed batch lets the converter fuse each LSTM into one kernel; that and the absence of
-    TensorFlow's per-call overhead are what make single-record inference fast. The kernel
-    cannot be resized afterwards, so each batch size is an export of its own.
+    Each LSTM becomes a loop (WHILE) over the 12 steps, its body of fixed shapes; the absence
+    of TensorFlow's per-call overhead is what makes single-record inference fast. The shapes
+    cannot be resized afterwards, so each batch size is an export of its own. (The converter
+    fuses an LSTM into one kernel only from tf_keras's layer, not from Keras 3's; on this
+    model that kernel took 0.49 ms a call against the loop's 0.37, 2026-12-04.)
     """
     import tensorflow as tf
 
@@ -49,7 +51,17 @@ def export_litert(model, directory: Path, batch: int = 1, name: str = "model.tfl
         input_signature=[tf.TensorSpec((batch, LOOKBACK, 1), tf.float32, name=SERVING_INPUT)],
         verbose=False,
     )
-    flatbuffer = tf.lite.TFLiteConverter.from_saved_model(str(saved)).convert()
     path = directory / name
-    path.write_bytes(flatbuffer)
+    path.write_bytes(convert(saved))
     return path
+
+
+def convert(saved: Path, int8_weights: bool = False) -> bytes:
+    """The LiteRT flatbuffer of a SavedModel; with int8_weights, its weights quantised to int8
+    (dynamic range: activations stay float, forecast/quantise.py)."""
+    import tensorflow as tf
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(saved))
+    if int8_weights:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    return converter.convert()
