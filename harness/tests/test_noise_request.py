@@ -132,6 +132,12 @@ def test_stopped_loads_are_continued_at_their_stop_and_none_is_left(tmp_path):
     noise.start(Parts(tmp_path))
     processes = noise.processes()
     assert len(processes) == 3  # stress-ng and its two stressors
+    # A stressor stopped before it has set itself up (its name still stress-ng's own) makes
+    # stress-ng's run unsuccessful (exit code 2): a run's loads are stopped while they run.
+    deadline = time.monotonic() + 30
+    while not all(b"[run]" in Path(f"/proc/{p.pid}/cmdline").read_bytes() for p in processes[1:]):
+        assert time.monotonic() < deadline, "the stressors never reached their run"
+        time.sleep(0.01)
     for process in processes:
         os.kill(process.pid, signal.SIGSTOP)
     noise.stop()
